@@ -1,0 +1,1 @@
+"""raptor.accounting."""

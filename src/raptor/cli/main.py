@@ -1,0 +1,51 @@
+"""The ``raptor`` console script: a thin dispatcher over subcommand modules.
+
+Each subcommand lives in its own module under ``raptor.cli`` and exposes two functions:
+``add_arguments(parser)`` and ``run(args) -> int``. Adding a subcommand is one line in
+:data:`COMMANDS`. Bad arguments exit with status 2 and a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from raptor import __version__
+from raptor.errors import RaptorError
+
+#: subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raptor",
+        description="Role-aware differentially private fine-tuning of Mixture-of-Experts transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"raptor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0])
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except RaptorError as err:
+        print(f"raptor {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
