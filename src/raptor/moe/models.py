@@ -334,7 +334,10 @@ def build_model(
     else:
         config = family_or_config
     cls = classification_class(config.model_type)
-    model = cls(config)
+    # Module constructors draw their default init from the global RNG; those draws are overwritten
+    # below, and fork_rng restores the global state so that building a model has no side effect on it.
+    with torch.random.fork_rng(devices=[]):
+        model = cls(config)
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     init_weights_(model, generator)
