@@ -1,0 +1,316 @@
+"""Training configuration: privacy-relevant settings kept apart from performance-only ones.
+
+* :class:`PrivacyConfig` — everything that changes the guarantee or the mechanism: (epsilon,
+  delta), clip norms, the split of the budget between streams, adjacency, accountant, schedule,
+  denominator rule, secure randomness.
+* :class:`PerformanceConfig` — micro-batch size, device, dtype: changing them changes speed and
+  memory, never what is released (up to floating-point rounding).
+* :class:`OptimConfig` — the per-stream optimizer (AdamW (0.9, 0.999), wd 0.01 by default; SGD).
+* :class:`TrainConfig` — the run: method, epochs, expected batch size, seed, output dir, layers.
+
+All are frozen dataclasses validated in ``__post_init__``; errors name the field, the value and
+the allowed range. Recipes are functions returning a config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from raptor.errors import ConfigError
+
+#: Training methods (METHOD.md, "Baselines").
+METHODS: tuple[str, ...] = (
+    "nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last-layer", "raptor",
+)
+ACCOUNTANTS = ("pld", "rdp")
+ADJACENCIES = ("add-remove", "replace-one")
+DENOMINATORS = ("public", "uniform")
+CLIP_RULES = ("uniform", "median-ratio", "quantile")
+DTYPES = ("float32", "float64", "bfloat16")
+
+
+def _err(cls: str, name: str, value, allowed: str) -> ConfigError:
+    return ConfigError(f"{cls}.{name} must be {allowed}, got {value!r}")
+
+
+def _positive(cls: str, name: str, value, *, allow_inf: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    if ok and math.isinf(value) and not allow_inf:
+        ok = False
+    if not ok or (isinstance(value, float) and math.isnan(value)):
+        raise _err(cls, name, value, "a positive number" + (" (inf allowed)" if allow_inf else ""))
+
+
+def _choice(cls: str, name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise _err(cls, name, value, "one of " + ", ".join(repr(a) for a in allowed))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which streams update at step t.
+
+    * simultaneous (``alternate=None``): every step releases and applies both streams ("joint");
+    * alternating S:X: update t is shared-only if t mod (S+X) < S, else expert-only.
+    """
+
+    alternate: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.alternate is not None:
+            a = tuple(self.alternate)
+            if len(a) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in a):
+                raise _err("Schedule", "alternate", self.alternate, "a pair (S, X) of integers >= 1, or None")
+            object.__setattr__(self, "alternate", a)
+
+    def phase(self, t: int) -> str:
+        """"joint", "shared" or "expert" for update t (0-based)."""
+        if t < 0:
+            raise ConfigError(f"step index must be >= 0, got {t}")
+        if self.alternate is None:
+            return "joint"
+        s, x = self.alternate
+        return "shared" if t % (s + x) < s else "expert"
+
+    @staticmethod
+    def parse(text: str | None) -> Schedule:
+        """``None``/"simultaneous" or "S:X"."""
+        if text is None or text == "simultaneous":
+            return Schedule()
+        try:
+            s, x = (int(v) for v in text.split(":"))
+        except ValueError as err:
+            raise ConfigError(f"alternate schedule must look like 'S:X' (e.g. '1:1'), got {text!r}") from err
+        return Schedule((s, x))
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    """Settings that determine the privacy guarantee and the released mechanism.
+
+    ``epsilon=None`` means no DP (the ``nonprivate`` method only). ``delta=None`` takes the
+    accountant's default (< 1/N; the value used is reported). ``clip_shared`` / ``clip_expert`` are
+    C_s and the base C for the experts (per-expert C_e come from ``clip_rule`` on PUBLIC norms);
+    ``math.inf`` disables clipping (only meaningful with zero noise, for equivalence tests).
+    ``shared_ratio`` r splits inverse variances: 1/sigma_s^2 = r/sigma_eff^2, L/sigma_e^2 = (1-r)/sigma_eff^2.
+    ``noise_multipliers`` = (sigma_s, sigma_e) overrides calibration (experiments/tests; the
+    ledger still records what is executed).
+    """
+
+    epsilon: float | None = 8.0
+    delta: float | None = None
+    clip_shared: float = 1.0
+    clip_expert: float = 1.0
+    clip_rule: str = "uniform"
+    clip_quantile: float = 0.5
+    shared_ratio: float = 0.3
+    adjacency: str = "add-remove"
+    accountant: str = "pld"
+    schedule: Schedule = field(default_factory=Schedule)
+    denominator: str = "public"
+    pseudo_count: float = 1.0
+    secure_rng: bool = True
+    noise_multipliers: tuple[float | None, float | None] | None = None
+
+    def __post_init__(self) -> None:
+        c = "PrivacyConfig"
+        if self.epsilon is not None:
+            _positive(c, "epsilon", self.epsilon)
+        if self.delta is not None and not (isinstance(self.delta, float) and 0.0 < self.delta < 1.0):
+            raise _err(c, "delta", self.delta, "a float in (0, 1) or None")
+        _positive(c, "clip_shared", self.clip_shared, allow_inf=True)
+        _positive(c, "clip_expert", self.clip_expert, allow_inf=True)
+        _choice(c, "clip_rule", self.clip_rule, CLIP_RULES)
+        if not 0.0 < self.clip_quantile <= 1.0:
+            raise _err(c, "clip_quantile", self.clip_quantile, "in (0, 1]")
+        if not (isinstance(self.shared_ratio, (int, float)) and 0.0 < self.shared_ratio < 1.0):
+            raise _err(c, "shared_ratio", self.shared_ratio, "in (0, 1) (use shared-only/expert-only methods for 0/1)")
+        _choice(c, "adjacency", self.adjacency, ADJACENCIES)
+        _choice(c, "accountant", self.accountant, ACCOUNTANTS)
+        _choice(c, "denominator", self.denominator, DENOMINATORS)
+        _positive(c, "pseudo_count", self.pseudo_count)
+        if not isinstance(self.schedule, Schedule):
+            raise _err(c, "schedule", self.schedule, "a Schedule")
+        if self.noise_multipliers is not None:
+            nm = tuple(self.noise_multipliers)
+            if len(nm) != 2 or any(v is not None and not (isinstance(v, (int, float)) and v >= 0) for v in nm):
+                raise _err(c, "noise_multipliers", self.noise_multipliers, "a pair (sigma_s, sigma_e) of numbers >= 0 or None")
+            object.__setattr__(self, "noise_multipliers", nm)
+        if math.isinf(self.clip_shared) or math.isinf(self.clip_expert):
+            if self.noise_multipliers is None or any(v not in (None, 0, 0.0) for v in self.noise_multipliers):
+                raise ConfigError(
+                    "PrivacyConfig: infinite clip norms are only allowed with explicit zero noise "
+                    "(noise_multipliers=(0, 0)); give finite clip_shared/clip_expert for DP"
+                )
+
+
+@dataclass(frozen=True)
+class PerformanceConfig:
+    """Speed/memory only: never changes the released mechanism (beyond rounding)."""
+
+    micro_batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        c = "PerformanceConfig"
+        for name in ("micro_batch_size", "eval_batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise _err(c, name, v, "an integer >= 1")
+        _choice(c, "dtype", self.dtype, DTYPES)
+        if not isinstance(self.device, str) or not self.device:
+            raise _err(c, "device", self.device, "a torch device string such as 'cpu' or 'cuda'")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """One optimizer per stream. ``lr_expert=None`` uses ``lr`` for the expert stream too.
+
+    AdamW is nearly invariant to a constant rescaling of the update (the denominator rule),
+    SGD is not: use SGD to see the effect of the denominator.
+    """
+
+    name: str = "adamw"
+    lr: float = 2e-4
+    lr_expert: float | None = None
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        c = "OptimConfig"
+        _choice(c, "name", self.name, ("adamw", "sgd"))
+        _positive(c, "lr", self.lr)
+        if self.lr_expert is not None:
+            _positive(c, "lr_expert", self.lr_expert)
+        b = tuple(self.betas)
+        if len(b) != 2 or any(not 0.0 <= v < 1.0 for v in b):
+            raise _err(c, "betas", self.betas, "a pair of numbers in [0, 1)")
+        object.__setattr__(self, "betas", b)
+        _positive(c, "eps", self.eps)
+        if not self.weight_decay >= 0:
+            raise _err(c, "weight_decay", self.weight_decay, ">= 0")
+        if not 0.0 <= self.momentum < 1.0:
+            raise _err(c, "momentum", self.momentum, "in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A training run. ``batch_size`` is the EXPECTED Poisson batch B (q = B/N); the number of
+    updates is T = ceil(N/B) * epochs (or ``steps`` when given), fixed before training.
+    ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
+    of MoE layer indices; ``num_auto_layers`` is how many "auto" picks.
+    """
+
+    method: str = "raptor"
+    epochs: float = 3.0
+    steps: int | None = None
+    batch_size: int = 1024
+    seed: int | None = None
+    output_dir: str = "runs/raptor"
+    layers: str | tuple[int, ...] = "auto"
+    num_auto_layers: int = 1
+    eval_every: int = 0
+    max_length: int = 128
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.05
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    performance: PerformanceConfig = field(default_factory=PerformanceConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def __post_init__(self) -> None:
+        c = "TrainConfig"
+        _choice(c, "method", self.method, METHODS)
+        _positive(c, "epochs", self.epochs)
+        if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
+            raise _err(c, "steps", self.steps, "an integer >= 1 or None")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
+        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+            raise _err(c, "seed", self.seed, "an integer >= 0 or None (secure randomness)")
+        if self.layers != "auto":
+            lay = tuple(self.layers) if not isinstance(self.layers, str) else None
+            if not lay or any(not isinstance(v, int) or v < 0 for v in lay) or len(set(lay)) != len(lay):
+                raise _err(c, "layers", self.layers, "'auto' or a non-empty tuple of distinct MoE layer indices >= 0")
+            object.__setattr__(self, "layers", tuple(sorted(lay)))
+        for name in ("num_auto_layers", "max_length", "lora_rank"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise _err(c, name, v, "an integer >= 1")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise _err(c, "eval_every", self.eval_every, "an integer >= 0 (0 = evaluate at the end only)")
+        _positive(c, "lora_alpha", self.lora_alpha)
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise _err(c, "lora_dropout", self.lora_dropout, "in [0, 1)")
+        if self.method == "nonprivate":
+            if self.privacy.epsilon is not None:
+                object.__setattr__(self, "privacy", replace(self.privacy, epsilon=None))
+        elif self.privacy.epsilon is None and self.privacy.noise_multipliers is None:
+            raise ConfigError(f"TrainConfig: method {self.method!r} needs privacy.epsilon (or explicit noise_multipliers)")
+        if self.seed is not None and self.privacy.secure_rng:
+            object.__setattr__(self, "privacy", replace(self.privacy, secure_rng=False))
+        if self.seed is None and not self.privacy.secure_rng:
+            raise ConfigError("TrainConfig: privacy.secure_rng=False needs a seed (seeded mode is NOT secure)")
+
+    @property
+    def output_path(self) -> Path:
+        return Path(self.output_dir)
+
+    def num_steps(self, dataset_size: int) -> int:
+        """T = ceil(N / B) * epochs (rounded up), or ``steps``: public, fixed before training."""
+        if self.steps is not None:
+            return self.steps
+        return max(1, math.ceil(math.ceil(dataset_size / self.batch_size) * self.epochs))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> TrainConfig:
+        d = dict(d)
+        priv = dict(d.pop("privacy", {}))
+        sched = priv.pop("schedule", {}) or {}
+        alt = sched.get("alternate")
+        priv["schedule"] = Schedule(tuple(alt) if alt is not None else None)
+        if priv.get("noise_multipliers") is not None:
+            priv["noise_multipliers"] = tuple(priv["noise_multipliers"])
+        optim = dict(d.pop("optim", {}))
+        if "betas" in optim:
+            optim["betas"] = tuple(optim["betas"])
+        if isinstance(d.get("layers"), list):
+            d["layers"] = tuple(d["layers"])
+        known = {f.name for f in fields(TrainConfig)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"TrainConfig.from_dict: unknown fields {sorted(unknown)}")
+        return TrainConfig(privacy=PrivacyConfig(**priv), performance=PerformanceConfig(**d.pop("performance", {})),
+                           optim=OptimConfig(**optim), **d)
+
+
+# ------------------------------------------------------------------------------------------
+# Recipes
+# ------------------------------------------------------------------------------------------
+
+
+def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
+    """The reference's matched defaults (METHOD.md): B 1024, lr 2e-4, AdamW (0.9, 0.999, wd 0.01),
+    3 epochs, C = 1, epsilon = 8, shared ratio 0.3, max length 128, last sparse layer."""
+    cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128,
+                      privacy=PrivacyConfig(epsilon=8.0, clip_shared=1.0, clip_expert=1.0, shared_ratio=0.3),
+                      optim=OptimConfig(name="adamw", lr=2e-4))
+    return replace(cfg, **overrides) if overrides else cfg
+
+
+def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
+    """A seconds-long CPU run for tests: seeded (NOT secure), B 8, 3 steps, micro-batch 4."""
+    cfg = TrainConfig(method=method, steps=3, batch_size=8, seed=0, max_length=16, layers="auto",
+                      privacy=PrivacyConfig(epsilon=8.0, secure_rng=False),
+                      performance=PerformanceConfig(micro_batch_size=4, eval_batch_size=16),
+                      optim=OptimConfig(lr=1e-3))
+    return replace(cfg, **overrides) if overrides else cfg
