@@ -1,0 +1,263 @@
+"""The RAPTOR trainer: Poisson sampling, per-group clipped sums, noise, public denominators,
+one optimizer per stream, the ledger advanced every step.
+
+One update t (METHOD.md, "One update"):
+
+1. sample S_t = {i : U_i < q} (possibly empty) from the sampling generator;
+2. clipped sums per group from the engine, accumulated over micro-batches of S_t;
+3. release every group of the active phase: (sum + N(0, sigma^2 C_g^2 I)) / n_g, with n_g = B for
+   the shared/dense group and the public n_hat_{l,e} for experts (:mod:`raptor.training.release`);
+   every expert of a trained layer steps on every planned update, owners sampled or not;
+4. record the step in the ledger (after checking that it fits the budget), step the stream
+   optimizers of the phase.
+
+Nothing branches on or scales by |S_t| or realized owner counts, and no statistic of the private
+batch is shown, logged or saved. In particular the TRAINING LOSS is not displayed: the loss on a
+private batch is itself a private statistic. The progress bar shows the dev accuracy measured at
+evaluation points (validation split, natural routing) and the epsilon spent so far.
+
+Diagnostic, stated honestly: the number of records whose per-record gradient was non-finite
+(zeroed before aggregation, house rule 4) is counted and reported in results; it is a count over
+private records that is NOT protected by DP, 0 in a healthy run.
+
+Randomness: two generators from the run's :class:`~raptor.mechanisms.GeneratorSpec`: "sample"
+(Poisson sampling, CPU) and "noise" (Gaussian noise, on the training device).
+
+Dropout stays off (the model is kept in eval mode): it would draw from torch's global RNG.
+
+Legend: N private records, S sampled records, T tokens, B expected batch size.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from raptor.errors import BudgetExceededError, ConfigError
+from raptor.mechanisms import GeneratorSpec, poisson_sample
+from raptor.training.checkpoint import load_checkpoint, save_checkpoint
+from raptor.training.config import TrainConfig
+from raptor.training.plain import classification_logits
+from raptor.training.release import StreamSetup, release_gradients
+
+Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
+
+
+def make_optimizer(params: list[nn.Parameter], config, lr: float) -> torch.optim.Optimizer:
+    """AdamW (betas, eps, weight decay from ``config``) or SGD (momentum, weight decay)."""
+    if config.name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay)
+
+
+@dataclass
+class TrainState:
+    """Counters of a run (all public except ``nonfinite_records``, see the module docstring)."""
+
+    step: int = 0
+    unaccounted_steps: int = 0
+    nonfinite_records: int = 0
+    evals: list = field(default_factory=list)
+    step_seconds: float = 0.0
+
+
+class Trainer:
+    """Runs a planned number of DP updates of ``model`` on the private ``train`` records."""
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        engine,
+        train: Records,
+        validation: Records | None,
+        setup: StreamSetup,
+        plan,
+        ledger,
+        config: TrainConfig,
+        extra_results: dict | None = None,
+    ):
+        self.model, self.engine, self.train, self.validation = model, engine, train, validation
+        self.setup, self.plan, self.ledger, self.config = setup, plan, ledger, config
+        self.extra_results = extra_results or {}
+        self.num_records = int(train["labels"].shape[0])
+        self.device = torch.device(config.performance.device)
+        spec = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed)
+        self.generators = {"sample": spec.make(0), "noise": spec.make(1, self.device)}
+        self.sigmas = {"shared": plan.sigma_shared or 0.0, "expert": plan.sigma_expert or 0.0}
+        self.epsilon_budget = config.privacy.epsilon
+        self.delta = getattr(plan, "delta", None) or config.privacy.delta
+        self.params = dict(engine.group_map.params)
+        self.slices_of = dict(engine.group_map.groups)
+        self._names = {id(p): n for n, p in self.params.items()}
+        self.optimizers = self._make_optimizers()
+        self.state = TrainState()
+        if ledger is not None and len(ledger) != 0:
+            raise ConfigError("Trainer needs an empty ledger; resume a run with Trainer.resume(checkpoint)")
+
+    def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        names: dict[str, dict[str, None]] = {}
+        for rel in self.setup.releases:
+            for sl in self.slices_of[rel.key]:
+                names.setdefault(rel.stream, {})[sl.name] = None
+        owner = {}
+        for stream, ns in names.items():
+            for n in ns:
+                if owner.setdefault(n, stream) != stream:
+                    raise ConfigError(f"parameter {n} is in groups of two streams ({owner[n]}, {stream})")
+        opt = self.config.optim
+        lrs = {"shared": opt.lr, "expert": opt.lr_expert or opt.lr}
+        return {s: make_optimizer([self.params[n] for n in ns], opt, lrs[s]) for s, ns in names.items()}
+
+    @property
+    def sample_rate(self) -> float:
+        return self.plan.sample_rate
+
+    # ------------------------------------------------------------------ one update
+    def step(self) -> None:
+        """One planned update (reads top to bottom)."""
+        t = self.state.step
+        phase, sigma_t, q = self.plan.phase(t), self.plan.noise_multiplier_for_step(t), self.sample_rate
+        if sigma_t is not None and self.epsilon_budget is not None:
+            self.ledger.check_can_record(q, sigma_t, 1, self.epsilon_budget, self.delta)
+        idx_S = poisson_sample(self.num_records, q, self.generators["sample"])  # private: gather only
+        sums = self._clipped_sums(idx_S)
+        grads = release_gradients(sums, self.slices_of, self.params, self.setup.active(phase),
+                                  self.sigmas, self.generators["noise"])
+        if sigma_t is not None:
+            self.ledger.record(q, sigma_t)
+        else:
+            self.state.unaccounted_steps += 1
+        self._apply(grads, phase)
+        self.state.step = t + 1
+
+    def _clipped_sums(self, idx_S: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sum of the engine's clipped sums over micro-batches of the sampled records."""
+        sums: dict[str, torch.Tensor] = {}
+        for chunk in idx_S.split(self.config.performance.micro_batch_size):
+            batch = {k: v[chunk].to(self.device) for k, v in self.train.items()}
+            result = self.engine.compute(batch, self.setup.clip_norms)
+            self.state.nonfinite_records += int(result.num_nonfinite)
+            for name, s in result.clipped_sums.items():
+                sums[name] = s if name not in sums else sums[name] + s
+        return sums
+
+    def _apply(self, grads: Mapping[str, torch.Tensor], phase: str) -> None:
+        for stream, opt in self.optimizers.items():
+            if phase not in ("joint", stream):
+                continue
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    p.grad = grads[self._names[id(p)]]
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Accuracy on the validation split with natural routing (None without a validation set)."""
+        if self.validation is None:
+            return None
+        n = int(self.validation["labels"].shape[0])
+        correct = 0
+        for start in range(0, n, self.config.performance.eval_batch_size):
+            batch = {k: v[start:start + self.config.performance.eval_batch_size].to(self.device)
+                     for k, v in self.validation.items()}
+            correct += int((classification_logits(self.model, batch).argmax(-1) == batch["labels"]).sum())
+        return correct / max(n, 1)
+
+    def epsilon_spent(self) -> float:
+        """epsilon at delta for the executed steps (inf if any step was not accounted)."""
+        if self.state.unaccounted_steps or self.ledger is None:
+            return math.inf if self.state.step else 0.0
+        return float(self.ledger.epsilon(self.delta)) if len(self.ledger) else 0.0
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, *, progress: bool = True, checkpoint_every: int = 0) -> dict:
+        """Run the remaining planned updates, evaluating every ``eval_every`` steps and at the end."""
+        from tqdm.auto import tqdm
+
+        total = self.plan.steps
+        every = self.config.eval_every
+        bar = tqdm(total=total, initial=self.state.step, disable=not progress, desc=self.config.method)
+        while self.state.step < total:
+            start = time.perf_counter()
+            self.step()
+            self.state.step_seconds += time.perf_counter() - start
+            t = self.state.step
+            if (every and t % every == 0) or t == total:
+                acc = self.evaluate()
+                eps = self.epsilon_spent()
+                self.state.evals.append({"step": t, "accuracy": acc, "epsilon": eps})
+                bar.set_postfix(dev_acc="-" if acc is None else f"{acc:.3f}", eps=f"{eps:.3g}")
+            if checkpoint_every and t % checkpoint_every == 0 and t < total:
+                self.save(self.config.output_path / "checkpoint")
+            bar.update(1)
+        bar.close()
+        return self.results()
+
+    def run_steps(self, count: int) -> None:
+        """Exactly ``count`` more updates (no evaluation), never beyond the plan."""
+        if self.state.step + count > self.plan.steps:
+            raise BudgetExceededError(
+                f"{count} more steps after step {self.state.step} would exceed the {self.plan.steps} planned steps"
+            )
+        for _ in range(count):
+            self.step()
+
+    def results(self) -> dict:
+        """results.json content: config, evals, epsilon/delta from the ledger, sigmas, timing, memory."""
+        peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = {
+            "config": self.config.to_dict(),
+            "evals": self.state.evals,
+            "final_accuracy": self.state.evals[-1]["accuracy"] if self.state.evals else None,
+            "epsilon": self.epsilon_spent(),
+            "delta": self.delta,
+            "sigma": {"shared": self.plan.sigma_shared, "expert": self.plan.sigma_expert},
+            "plan": self.plan.to_dict(),
+            "steps": self.state.step,
+            "sample_rate": self.sample_rate,
+            "seconds_per_step": self.state.step_seconds / max(self.state.step, 1),
+            "peak_rss_mib": peak_kib / 1024.0,
+            "streams": self.setup.to_dict(),
+            "nonfinite_records_diagnostic_not_dp": self.state.nonfinite_records,
+        }
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            out["peak_cuda_mib"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        out.update(self.extra_results)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path) -> None:
+        """Checkpoint: trainable params, optimizers, ledger, (seeded runs) RNG states, step, config."""
+        save_checkpoint(
+            path, model=self.model, optimizers=self.optimizers,
+            ledger=self.ledger.to_dict() if self.ledger is not None else {},
+            generators=self.generators, secure_rng=self.config.privacy.secure_rng, step=self.state.step,
+            config=self.config.to_dict(),
+            extra={"unaccounted_steps": self.state.unaccounted_steps, "evals": self.state.evals,
+                   "nonfinite_records": self.state.nonfinite_records, "step_seconds": self.state.step_seconds},
+        )
+
+    def resume(self, path, ledger_from_dict) -> None:
+        """Continue from a checkpoint of the same run: same config (privacy and method), the saved
+        ledger continued (``ledger_from_dict`` rebuilds it, e.g. ``PrivacyLedger.from_dict``)."""
+        state = load_checkpoint(path, model=self.model, optimizers=self.optimizers, generators=self.generators)
+        saved = TrainConfig.from_dict(state["config"])
+        if saved.privacy != self.config.privacy or saved.method != self.config.method \
+                or saved.batch_size != self.config.batch_size:
+            raise ConfigError(f"checkpoint {path} was written by a run with a different method, batch size or "
+                              "privacy config; resume with the same settings")
+        if self.ledger is not None:
+            self.ledger = ledger_from_dict(state["ledger"])
+        extra = state["extra"]
+        self.state = TrainState(step=state["step"], unaccounted_steps=extra["unaccounted_steps"],
+                                nonfinite_records=extra["nonfinite_records"], evals=list(extra["evals"]),
+                                step_seconds=extra["step_seconds"])

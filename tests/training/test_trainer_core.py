@@ -1,0 +1,163 @@
+"""Trainer logic on a toy model with a one-record-loop engine: release, denominators, empty
+batches, schedule, budget, resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from toy_engine import E, ListLedger, ToyEngine, ToyMoE, toy_records
+
+from raptor.errors import BudgetExceededError
+from raptor.mechanisms import seeded_generator
+from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
+from raptor.training.plan import FixedPlan
+from raptor.training.release import build_stream_setup, release_gradients
+from raptor.training.trainer import Trainer
+
+SHARES = {0: [0.5, 0.3, 0.2]}
+
+
+def _trainer(records, *, steps=4, q=0.25, sigmas=(1.0, 2.0), schedule=None, denominator="public", seed=0,
+             ledger=None, optim=None, clip=1.0):
+    model = ToyMoE()
+    engine = ToyEngine(model)
+    n = int(records["labels"].shape[0])
+    batch = max(1, round(q * n))
+    setup = build_stream_setup(engine.group_map.groups, grouping="roles", trained_layers=(0,), batch_size=batch,
+                               shares=SHARES, denominator=denominator, clip_shared=clip, clip_experts=clip)
+    plan = FixedPlan(batch / n, steps, sigmas[0], sigmas[1], 1, schedule or Schedule())
+    cfg = tiny_recipe("raptor", steps=steps, batch_size=batch, seed=seed,
+                      privacy=PrivacyConfig(epsilon=None, noise_multipliers=sigmas, secure_rng=False,
+                                            schedule=schedule or Schedule()))
+    if optim is not None:
+        from dataclasses import replace
+        cfg = replace(cfg, optim=optim)
+    return Trainer(model=model, engine=engine, train=records, validation=records, setup=setup, plan=plan,
+                   ledger=ledger if ledger is not None else ListLedger(), config=cfg)
+
+
+def test_setup_denominators_are_public_and_fixed():
+    setup = _trainer(toy_records(40)).setup
+    dens = {str(r.key): r.denominator for r in setup.releases}
+    assert dens["shared"] == 10.0
+    assert [dens[f"expert/0/{e}"] for e in range(E)] == pytest.approx([5.0, 3.0, 2.0])
+    uni = _trainer(toy_records(40), denominator="uniform").setup
+    assert all(r.denominator == pytest.approx(10 / 3) for r in uni.releases if r.key.is_expert)
+
+
+def test_expert_release_does_not_depend_on_realized_owner_counts():
+    # Two batches with very different owner counts: the same denominator and the same noise,
+    # i.e. release(sums) - sums / n_hat is identical, draw for draw.
+    trainer = _trainer(toy_records(40))
+    engine, setup = trainer.engine, trainer.setup
+    a = toy_records(8, seed=2, skew=1.0)   # every record owned by expert 0
+    b = toy_records(3, seed=3)             # few records, mixed owners
+    outs = []
+    for batch in (a, b):
+        sums = engine.compute(batch, setup.clip_norms).clipped_sums
+        rel = release_gradients(sums, trainer.slices_of, trainer.params, setup.releases,
+                                {"shared": 1.0, "expert": 2.0}, seeded_generator(11))
+        noise_part = {}
+        for r in setup.releases:
+            for sl in trainer.slices_of[r.key]:
+                noise_part[sl.name] = rel[sl.name] - sums[sl.name] / r.denominator
+        outs.append(noise_part)
+    assert outs[0].keys() == outs[1].keys()
+    for name in outs[0]:
+        torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-5, atol=1e-6)
+    # and the noise has the planned scale sigma_e * C / n_hat on expert 2 (n_hat = 2 * 10 / 10...)
+    w = outs[0]["experts.2.weight"]
+    assert w.abs().max() > 0
+
+
+def test_empty_sample_is_a_noise_only_step_for_every_group():
+    trainer = _trainer(toy_records(40), q=1 / 40, steps=1)
+    trainer.generators["sample"] = seeded_generator(0)
+    # find a seed whose first Poisson draw is empty at q = 1/40 over 40 records
+    for s in range(100):
+        g = seeded_generator(s)
+        if (torch.rand(40, generator=g, dtype=torch.float64) < 1 / 40).sum() == 0:
+            trainer.generators["sample"] = seeded_generator(s)
+            break
+    before = {n: p.detach().clone() for n, p in trainer.params.items()}
+    trainer.step()
+    assert trainer.engine.calls == [0]             # the engine saw one empty batch (zero sums)
+    assert len(trainer.ledger) == 1                # the step is still accounted
+    assert all(not torch.equal(before[n], p) for n, p in trainer.params.items())  # every group stepped
+
+
+def test_every_expert_steps_every_update_even_without_owners():
+    trainer = _trainer(toy_records(30, skew=1.0), sigmas=(0.5, 0.5), steps=2, q=0.2)
+    before = {n: p.detach().clone() for n, p in trainer.params.items()}
+    trainer.run_steps(1)
+    # experts 1 and 2 own no record at all; AdamW weight decay + noise still move them.
+    for e in range(E):
+        assert not torch.equal(before[f"experts.{e}.weight"], trainer.params[f"experts.{e}.weight"])
+
+
+def test_alternating_schedule_steps_one_stream_at_a_time():
+    trainer = _trainer(toy_records(40), schedule=Schedule((1, 2)), steps=3)
+    sigmas_seen = []
+    changed = []
+    for _ in range(3):
+        before = {n: p.detach().clone() for n, p in trainer.params.items()}
+        trainer.step()
+        sigmas_seen.append(trainer.ledger.events[-1][1])
+        changed.append({("expert" if n.startswith("experts.") else "shared")
+                        for n, p in trainer.params.items() if not torch.equal(before[n], p)})
+    assert changed == [{"shared"}, {"expert"}, {"expert"}]
+    assert sigmas_seen == pytest.approx([1.0, 2.0, 2.0])  # sigma_s alone, then sigma_e / sqrt(L), L = 1
+
+
+def test_joint_step_records_joint_sigma():
+    trainer = _trainer(toy_records(40), sigmas=(1.0, 2.0), steps=1)
+    trainer.step()
+    assert trainer.ledger.events[0][1] == pytest.approx((1 / 1.0**2 + 1 / 2.0**2) ** -0.5)
+
+
+def test_budget_check_stops_before_the_step():
+    trainer = _trainer(toy_records(40), ledger=ListLedger(budget_steps=2))
+    trainer.epsilon_budget = 1.0
+    trainer.run_steps(2)
+    params = {n: p.detach().clone() for n, p in trainer.params.items()}
+    with pytest.raises(BudgetExceededError):
+        trainer.step()
+    assert all(torch.equal(params[n], p) for n, p in trainer.params.items())
+    with pytest.raises(BudgetExceededError, match="planned"):
+        trainer.run_steps(3)
+
+
+def test_resume_continues_params_ledger_and_generators(tmp_path):
+    records = toy_records(40)
+    full = _trainer(records, steps=4)
+    full.run_steps(4)
+
+    first = _trainer(records, steps=4)
+    first.run_steps(2)
+    first.save(tmp_path / "ck")
+    second = _trainer(records, steps=4)
+    second.resume(tmp_path / "ck", ListLedger.from_dict)
+    assert second.state.step == 2 and len(second.ledger) == 2
+    second.run_steps(2)
+    assert second.ledger.events == full.ledger.events
+    for n, p in full.params.items():
+        torch.testing.assert_close(second.params[n], p, rtol=0, atol=0)
+
+
+def test_fit_reports_public_things_only(tmp_path):
+    trainer = _trainer(toy_records(40), steps=3)
+    res = trainer.fit(progress=False)
+    assert res["steps"] == 3 and len(res["evals"]) == 1 and 0.0 <= res["final_accuracy"] <= 1.0
+    assert res["epsilon"] == pytest.approx(0.3)
+    assert set(res["sigma"]) == {"shared", "expert"} and res["seconds_per_step"] > 0
+    text = repr(res)
+    for private in ("loss", "owner_counts", "batch_sizes", "realized"):
+        assert private not in text
+
+
+def test_zero_noise_is_reported_as_unaccounted():
+    trainer = _trainer(toy_records(40), sigmas=(0.0, 0.0), steps=1)
+    trainer.step()
+    assert len(trainer.ledger) == 0 and math.isinf(trainer.epsilon_spent())
