@@ -16,6 +16,8 @@ from raptor.errors import RaptorError
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "account": ("raptor.cli.account", "epsilon of T subsampled Gaussian releases at a delta"),
+    "plan": ("raptor.cli.plan", "calibrate sigma_s and sigma_e to an (epsilon, delta) budget"),
 }
 
 

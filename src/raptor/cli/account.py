@@ -1,0 +1,47 @@
+"""Print the epsilon spent by T Poisson-subsampled Gaussian releases (q, sigma) at a given delta.
+
+The release is the RAPTOR step as one mechanism: pass sigma_eff = (1/sigma_s^2 + L/sigma_e^2)^(-1/2)
+for a joint step (see ``raptor plan``). Accountant: PLD (primary, value discretisation 1e-4) or RDP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from raptor.accounting import VALUE_DISCRETIZATION_INTERVAL, EventRun, canonical_counts, epsilon_of
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sample-rate", type=float, required=True, metavar="Q",
+                        help="Poisson sampling rate q = B/N, in (0, 1]")
+    parser.add_argument("--noise-multiplier", type=float, required=True, metavar="S",
+                        help="noise multiplier sigma of each release (noise std / clip norm), > 0")
+    parser.add_argument("--steps", type=int, required=True, metavar="T", help="number of releases, >= 1")
+    parser.add_argument("--delta", type=float, required=True, metavar="D", help="target delta, in (0, 1)")
+    parser.add_argument("--accountant", choices=("pld", "rdp"), default="pld",
+                        help="pld (primary, default) or rdp (cross-check)")
+    parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove",
+                        help="neighbouring datasets: add/remove one record (default) or replace one")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (key 'epsilon')")
+
+
+def run(args: argparse.Namespace) -> int:
+    run_ = EventRun(args.sample_rate, args.noise_multiplier, args.steps)  # validates q, sigma, T
+    eps = epsilon_of(canonical_counts([run_]), args.delta, accountant=args.accountant, adjacency=args.adjacency)
+    result = {
+        "epsilon": eps,
+        "delta": args.delta,
+        "sample_rate": run_.sample_rate,
+        "noise_multiplier": run_.noise_multiplier,
+        "steps": run_.count,
+        "accountant": args.accountant,
+        "adjacency": args.adjacency,
+        "value_discretization_interval": VALUE_DISCRETIZATION_INTERVAL if args.accountant == "pld" else None,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"epsilon = {eps:.4f} at delta = {args.delta:g}  (q = {run_.sample_rate:g}, "
+              f"sigma = {run_.noise_multiplier:g}, T = {run_.count}, {args.accountant}, {args.adjacency})")
+    return 0
