@@ -1,0 +1,351 @@
+"""Capture of every use of a trainable parameter during one forward and one backward pass.
+
+A *use* is one application of a parametrised op to a block of rows:
+
+=========  ====================================  =======================================
+kind       forward                               per-record gradient of the parameter
+=========  ====================================  =======================================
+linear     ``y = a W^T``                         ``sum_{t in r} g_t a_t^T``
+bias       ``y = ... + b``                       ``sum_{t in r} g_t``
+embedding  ``y = W[id]``                         ``sum_{t in r} e_{id_t} g_t^T``
+scale      ``y = w * x`` (norm weights)           ``sum_{t in r} g_t * x_t``
+table      Switch relative-attention bias         scatter of the record's bias-gradient
+=========  ====================================  =======================================
+
+Each use stores its input rows ``a`` (detached), a row -> record index and, after the backward,
+its output-gradient rows ``g``. The ops run through custom autograd Functions that return only
+the input gradient, so autograd never computes the (discarded) full weight gradients; the
+engine forms per-record norms and the clipped sums from ``a`` and ``g`` afterwards.
+
+Interception: a :class:`torch.overrides.TorchFunctionMode` active during the forward redirects
+``F.linear``, ``F.embedding`` and ``Tensor.__mul__`` calls whose weight is a trainable parameter
+(or a dtype cast of one). Any *other* differentiable op on a trainable parameter raises
+:class:`UnsupportedModelError` naming the parameter: nothing is skipped silently. Fused experts
+come in through the ``"raptor"`` experts implementation (see ``raptor.per_sample.experts``), which
+calls :func:`linear_use` with an explicit row -> record index and expert slot.
+
+Row -> record index for intercepted ops: inside an expert dispatch context the rows are the
+context's tokens; otherwise an input of shape ``[B, ...rest, d]`` maps rows to records along dim
+0 and a flat ``[B*T, d]`` input maps row ``n`` to record ``n // T``. Any other shape raises.
+
+Legend: B records, T tokens per record, N = B*T, n rows of one use, d feature size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from raptor.errors import UnsupportedModelError
+
+
+@dataclass
+class Use:
+    """One use of one parameter (or fused slot) on a block of rows."""
+
+    name: str
+    slot: int | None
+    kind: str
+    group: int
+    a: torch.Tensor | None = None  # rows [n, d_in] (linear, scale) or ids [n] (embedding)
+    rec: torch.Tensor | None = None  # [n] sorted record index; None when rows are uniform
+    rows_per_record: int | None = None  # uniform layout: rows are arange(B).repeat_interleave(m)
+    keep: torch.Tensor | None = None  # row indices kept from the op's output gradient (owner masking)
+    g: torch.Tensor | None = None  # [n, d_out] after the backward
+    per_record: torch.Tensor | None = None  # [B, *shape] materialised directly (table)
+    pad_id: int | None = None  # embedding padding_idx (rows with this id get no gradient)
+
+    def set_grad(self, g_rows: torch.Tensor) -> None:
+        g_rows = g_rows.detach()
+        if self.keep is not None:
+            g_rows = g_rows.index_select(0, self.keep)
+        if self.kind == "embedding" and self.pad_id is not None:
+            g_rows = torch.where((self.a == self.pad_id)[:, None], torch.zeros_like(g_rows), g_rows)
+        self.g = g_rows if self.g is None else self.g + g_rows
+
+
+@dataclass
+class RowContext:
+    """Rows of an expert dispatch: token index per row, and the expert it runs on."""
+
+    rec: torch.Tensor  # [n] record of each row (sorted)
+    layer: int
+    expert: int
+    keep: torch.Tensor | None  # rows owned by this expert (roles grouping), None = all rows
+
+
+@dataclass
+class Tape:
+    """Per-call capture state (one ``engine.compute``)."""
+
+    num_records: int
+    tokens_per_record: int
+    param_names: dict[int, str]  # id(param) -> name, trainable params only
+    group_of: dict[tuple[str, int | None], int]  # (name, slot) -> group index
+    expert_of_group: dict[int, tuple[int, int]]  # group index -> (layer, expert) for expert groups
+    special: frozenset[str] = frozenset()  # params handled by family hooks only
+    uses: list[Use] = field(default_factory=list)
+    owners: dict[int, torch.Tensor] = field(default_factory=dict)
+    aliases: dict[int, tuple[str, torch.Tensor]] = field(default_factory=dict)
+    contexts: list[RowContext] = field(default_factory=list)
+
+    # ------------------------------------------------------------ lookup
+    def name_of(self, t: object) -> str | None:
+        if not isinstance(t, torch.Tensor):
+            return None
+        name = self.param_names.get(id(t))
+        if name is not None:
+            return name
+        alias = self.aliases.get(id(t))
+        if alias is not None and alias[1] is t:
+            return alias[0]
+        return None
+
+    def group(self, name: str, slot: int | None) -> int:
+        key = (name, slot)
+        if key not in self.group_of:
+            key = (name, None)
+        return self.group_of[key]
+
+    def rows(self, leading: tuple[int, ...]) -> tuple[torch.Tensor | None, int | None, RowContext | None]:
+        """Row -> record layout of an input whose leading (non-feature) shape is ``leading``."""
+        n = math.prod(leading)
+        B, T = self.num_records, self.tokens_per_record
+        if self.contexts and len(leading) == 1 and n == self.contexts[-1].rec.numel():
+            ctx = self.contexts[-1]
+            return ctx.rec, None, ctx
+        if len(leading) == 1 and n == B * T:
+            return None, T, None
+        if len(leading) >= 1 and leading[0] == B and B > 0:
+            return None, n // B, None
+        if B == 0 and n == 0:
+            return None, 0, None
+        raise UnsupportedModelError(
+            f"cannot map rows of shape {tuple(leading)} to records (batch {B} x {T} tokens); the engine "
+            "supports inputs shaped [B, ..., d] or [B*T, d]"
+        )
+
+    def new_use(self, name: str, slot: int | None, kind: str, leading: tuple[int, ...], a: torch.Tensor | None,
+                **kw) -> Use:
+        group = self.group(name, slot)
+        rec, m, ctx = self.rows(leading)
+        keep = None
+        expert = self.expert_of_group.get(group)
+        if expert is not None:
+            if ctx is None or (ctx.layer, ctx.expert) != expert:
+                raise UnsupportedModelError(
+                    f"parameter {name!r} of expert group {expert} is used outside its expert's dispatch"
+                )
+            keep = ctx.keep
+        if keep is not None:
+            rec = rec.index_select(0, keep)
+            if a is not None:
+                a = a.index_select(0, keep)
+        use = Use(name=name, slot=slot, kind=kind, group=group, a=a, rec=rec, rows_per_record=m, keep=keep, **kw)
+        self.uses.append(use)
+        return use
+
+    # ------------------------------------------------------------ recorded ops
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        wname, bname = self.name_of(weight), self.name_of(bias)
+        leading = tuple(x.shape[:-1])
+        use_w = use_b = None
+        if wname is not None:
+            use_w = self.new_use(wname, None, "linear", leading, x.detach().reshape(-1, x.shape[-1]))
+        if bname is not None:
+            use_b = self.new_use(bname, None, "bias", leading, None)
+        return _LinearFn.apply(x, weight, bias, use_w, use_b, None)
+
+    def embedding(self, ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+        name = self.name_of(weight)
+        pad = None
+        if padding_idx is not None:
+            pad = padding_idx if padding_idx >= 0 else weight.shape[0] + padding_idx
+        use = self.new_use(name, None, "embedding", tuple(ids.shape), ids.reshape(-1), pad_id=pad)
+        return _EmbeddingFn.apply(ids, weight, pad, use)
+
+    def scale(self, x: torch.Tensor, weight: torch.Tensor, name: str) -> torch.Tensor:
+        if weight.ndim != 1 or x.ndim < 2 or x.shape[-1] != weight.shape[0]:
+            raise UnsupportedModelError(
+                f"parameter {name!r} (shape {tuple(weight.shape)}) multiplies a tensor of shape {tuple(x.shape)}; "
+                "the engine supports 1-D scale weights on the last dimension only"
+            )
+        use = self.new_use(name, None, "scale", tuple(x.shape[:-1]), x.detach().reshape(-1, x.shape[-1]))
+        return _ScaleFn.apply(x, weight, use)
+
+
+def linear_use(tape: Tape, x: torch.Tensor, weight_param: torch.Tensor, slot: int, ctx: RowContext) -> torch.Tensor:
+    """``F.linear(x, weight_param[slot])`` recorded as a use of slot ``slot`` with rows ``ctx``."""
+    name = tape.name_of(weight_param)
+    tape.contexts.append(ctx)
+    try:
+        use = tape.new_use(name, slot, "linear", (x.shape[0],), x.detach())
+    finally:
+        tape.contexts.pop()
+    return _LinearFn.apply(x, weight_param, None, use, None, slot)
+
+
+class _LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, use_w, use_b, slot):
+        # ``slot``: expert index into a fused 3-D weight (indexed here, under no-grad, so the
+        # capture mode does not see a differentiable use of the parameter).
+        ctx.save_for_backward(weight)
+        ctx.uses = (use_w, use_b)
+        ctx.slot = slot
+        return F.linear(x, weight if slot is None else weight[slot], bias)
+
+    @staticmethod
+    def backward(ctx, g):
+        (weight,) = ctx.saved_tensors
+        if ctx.slot is not None:
+            weight = weight[ctx.slot]
+        g_rows = g.reshape(-1, g.shape[-1])
+        for use in ctx.uses:
+            if use is not None:
+                use.set_grad(g_rows)
+        gx = g.matmul(weight.to(g.dtype)) if ctx.needs_input_grad[0] else None
+        return gx, None, None, None, None, None
+
+
+class _EmbeddingFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids, weight, pad, use):
+        ctx.use = use
+        return F.embedding(ids, weight, pad)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.use.set_grad(g.reshape(-1, g.shape[-1]))
+        return None, None, None, None
+
+
+class _ScaleFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, use):
+        ctx.save_for_backward(weight)
+        ctx.use = use
+        return weight * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (weight,) = ctx.saved_tensors
+        ctx.use.set_grad(g.reshape(-1, g.shape[-1]))
+        gx = g * weight if ctx.needs_input_grad[0] else None
+        return gx, None, None
+
+
+class TableFn(torch.autograd.Function):
+    """Switch relative-attention bias: ``W[bucket]`` broadcast to every record as ``[B, H, Tq, Tk]``.
+
+    The per-record gradient of the table is the scatter of that record's bias gradient over the
+    buckets: ``grad_r[b, h] = sum_{i,j: bucket[i,j]=b} G[r, h, i, j]``.
+    """
+
+    @staticmethod
+    def forward(ctx, bucket, weight, num_records, use):
+        ctx.use = use
+        ctx.save_for_backward(bucket)
+        ctx.table_shape = tuple(weight.shape)
+        # index_select, not F.embedding: the capture mode is active here (grad is off in forward).
+        values = weight.index_select(0, bucket.reshape(-1)).reshape(*bucket.shape, weight.shape[1])  # [Tq, Tk, H]
+        return values.permute(2, 0, 1).unsqueeze(0).expand(num_records, -1, -1, -1)
+
+    @staticmethod
+    def backward(ctx, g_BHQK):
+        (bucket,) = ctx.saved_tensors
+        B, H = g_BHQK.shape[:2]
+        g_BPH = g_BHQK.permute(0, 2, 3, 1).reshape(B, -1, H)
+        per = g_BPH.new_zeros((B,) + ctx.table_shape)
+        per.index_add_(1, bucket.reshape(-1), g_BPH)
+        ctx.use.per_record = per if ctx.use.per_record is None else ctx.use.per_record + per
+        return None, None, None, None
+
+
+_MUL = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul, torch.mul}
+_CAST = {torch.Tensor.to, torch.Tensor.type, torch.Tensor.float, torch.Tensor.double, torch.Tensor.half,
+         torch.Tensor.bfloat16}
+
+
+def _tensors_in(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (x for x in a if isinstance(x, torch.Tensor))
+
+
+class CaptureMode(TorchFunctionMode):
+    """Redirects parametrised ops on trainable parameters to recorded Functions (see module doc)."""
+
+    def __init__(self, tape: Tape):
+        super().__init__()
+        self.tape = tape
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tape = self.tape
+        if func is F.linear:
+            x = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            if tape.name_of(weight) is not None or tape.name_of(bias) is not None:
+                self._check_special(weight, bias)
+                return tape.linear(x, weight, bias)
+        elif func is F.embedding:
+            ids = args[0] if args else kwargs["input"]
+            weight = args[1] if len(args) > 1 else kwargs["weight"]
+            name = tape.name_of(weight)
+            if name is not None:
+                self._check_special(weight)
+                opts = dict(zip(("padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
+                                args[2:], strict=False))
+                opts.update(kwargs)
+                if opts.get("max_norm") is not None or opts.get("scale_grad_by_freq") or opts.get("sparse"):
+                    raise UnsupportedModelError(
+                        f"embedding {name!r} uses max_norm/scale_grad_by_freq/sparse, which the engine does not support"
+                    )
+                return tape.embedding(ids, weight, opts.get("padding_idx"))
+        elif func in _MUL and len(args) == 2:
+            a, b = args
+            na, nb = tape.name_of(a), tape.name_of(b)
+            if (na is not None) != (nb is not None):
+                w, x, name = (a, b, na) if na is not None else (b, a, nb)
+                if isinstance(x, torch.Tensor):
+                    self._check_special(w)
+                    return tape.scale(x, w, name)
+        elif func in _CAST and args and tape.name_of(args[0]) is not None:
+            out = func(*args, **kwargs)
+            if out is not args[0] and isinstance(out, torch.Tensor):
+                tape.aliases[id(out)] = (tape.name_of(args[0]), out)
+            return out
+        if torch.is_grad_enabled() and not _is_query(func):
+            for t in _tensors_in(args, kwargs):
+                name = tape.name_of(t)
+                if name is not None:
+                    raise UnsupportedModelError(
+                        f"trainable parameter {name!r} is used by {getattr(func, '__name__', func)}, an op the "
+                        "per-record engine cannot differentiate per record; freeze it or use a supported layer "
+                        "(Linear, Embedding, 1-D norm scale, fused experts)"
+                    )
+        return func(*args, **kwargs)
+
+    def _check_special(self, *tensors) -> None:
+        for t in tensors:
+            name = self.tape.name_of(t)
+            if name in self.tape.special:
+                raise UnsupportedModelError(f"parameter {name!r} is only supported through its family hook")
+
+
+_QUERY_NAMES = {"__get__", "size", "dim", "numel", "is_floating_point", "data_ptr", "is_contiguous",
+                "element_size", "get_device", "__len__", "nelement", "ndimension", "stride", "storage_offset",
+                "__hash__", "__eq__", "is_complex", "__format__", "__repr__", "__bool__", "__setstate__",
+                "requires_grad_", "detach", "_has_compatible_shallow_copy_type", "__set__"}
+
+
+def _is_query(func) -> bool:
+    return getattr(func, "__name__", "") in _QUERY_NAMES

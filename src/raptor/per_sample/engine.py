@@ -1,0 +1,302 @@
+"""The per-record, per-role gradient engine: one forward, one backward, clipped sums per group.
+
+For a batch of B records and groups g (``shared`` + ``expert/l/e``, or ``dense``) it returns
+
+* ``norms[g][r] = ||grad_g(r)||``: record r's gradient restricted to group g's parameters. Under
+  ``grouping="roles"`` a record's gradient reaches only its owner expert's parameters in each
+  trained layer (the rows of its non-owner (token, expert) pairs are dropped from expert
+  parameter gradients), while the shared group gets the record's full gradient through every
+  path, non-owner experts included;
+* ``c[g][r] = min(1, C_g / norms[g][r])`` (``1`` where the norm is 0), and ``c = 0`` for every
+  group of a record whose norms are not all finite (counted in ``num_nonfinite``);
+* ``clipped_sums[name] = sum_r sum_g c[g][r] grad_{name}(r)``, the book-keeping clipped sum of
+  every trainable parameter (fused expert weights hold each expert's sum in its slot).
+
+How (see :mod:`raptor.per_sample.capture` and :mod:`raptor.per_sample.norms`): every use of a
+trainable parameter is recorded during the forward (input rows, row -> record index), its output
+gradient rows are recorded by custom autograd Functions that return only input gradients, and
+norms and sums are formed after the single backward pass. Nothing is stored on ``nn.Parameter``
+(``.grad`` is never written); results are returned as values.
+
+Privacy: this module computes per-record quantities; it releases nothing. The clipped sums have
+sensitivity ``C_g`` per group under add/remove adjacency, which the mechanisms layer relies on.
+
+Legend: B records, T tokens per record, K labels, G groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from raptor.errors import ConfigError, DataError, UnsupportedModelError
+from raptor.moe.adapters import MoELayerInfo, get_adapter
+from raptor.per_sample import experts as _experts
+from raptor.per_sample.capture import CaptureMode, TableFn, Tape, Use
+from raptor.per_sample.norms import clipped_sum, ghost_sq_norm, materialise, prefer_ghost, weighted_sum
+from raptor.roles.groups import GroupKey, GroupMap, build_group_map
+
+
+def cross_entropy_per_record(logits_BK: torch.Tensor, labels_B: torch.Tensor) -> torch.Tensor:
+    """Per-record cross-entropy ``[B]`` (no reduction: every record keeps its own loss)."""
+    if logits_BK.dtype not in (torch.float32, torch.float64):
+        logits_BK = logits_BK.float()
+    return F.cross_entropy(logits_BK, labels_B, reduction="none")
+
+
+@dataclass
+class EngineResult:
+    """Per-record norms per group, clipped sums per parameter, owners, non-finite count."""
+
+    loss_B: torch.Tensor
+    norms: dict[GroupKey, torch.Tensor]
+    clipped_sums: dict[str, torch.Tensor]
+    owners: dict[int, torch.Tensor]
+    num_nonfinite: int
+    nonfinite_B: torch.Tensor
+    clip_factors: dict[GroupKey, torch.Tensor]
+
+
+def _batch_parts(batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    for key in ("input_ids", "attention_mask", "labels"):
+        if key not in batch:
+            raise DataError(f"batch is missing {key!r}; it needs input_ids [B,T], attention_mask [B,T], labels [B]")
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    if ids.dim() != 2 or mask.shape != ids.shape or labels.shape != ids.shape[:1]:
+        raise DataError(
+            f"batch shapes do not match: input_ids {tuple(ids.shape)}, attention_mask {tuple(mask.shape)}, "
+            f"labels {tuple(labels.shape)}; expected [B,T], [B,T], [B]"
+        )
+    return ids, mask, labels
+
+
+class PerRecordEngine:
+    """Per-record gradient norms and clipped sums per group for an HF MoE classifier.
+
+    ``trained_layers``: MoE block indices whose experts are trained (roles grouping); expert
+    parameters of other MoE layers must be frozen. ``grouping``: ``"roles"`` or ``"dense"``.
+    The model is prepared by its adapter (aux losses, jitter and dropout off) at construction.
+    """
+
+    def __init__(self, model: nn.Module, *, trained_layers: Sequence[int] = (), grouping: str = "roles",
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy_per_record):
+        self.model = model
+        self.grouping = grouping
+        self.trained_layers = tuple(int(x) for x in trained_layers)
+        self.loss_fn = loss_fn
+        self.adapter = get_adapter(model)
+        self.adapter.prepare(model)
+        self.layers: list[MoELayerInfo] = self.adapter.moe_layers(model)
+        self.group_map: GroupMap = build_group_map(
+            model, [info.expert_params() for info in self.layers], trained_layers=self.trained_layers,
+            grouping=grouping,
+        )
+        self.group_keys: tuple[GroupKey, ...] = self.group_map.keys
+        self._group_index = {k: i for i, k in enumerate(self.group_keys)}
+        self._group_of: dict[tuple[str, int | None], int] = {}
+        for key, slices in self.group_map.groups.items():
+            for s in slices:
+                self._group_of[(s.name, s.index)] = self._group_index[key]
+        self._expert_of_group = {i: (k.layer, k.expert_id) for k, i in self._group_index.items() if k.is_expert}
+        self._param_names = {id(p): n for n, p in self.group_map.params.items()}
+        self._tables = self._find_tables()
+        self._special = frozenset(name for name, _ in self._tables)
+
+    # ------------------------------------------------------------------ public API
+    def route(self, batch: Mapping[str, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Owner ``[B]`` per MoE layer for a batch, without gradients.
+
+        Privacy: owners of private records are private; use this for public statistics only.
+        """
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        B = ids.shape[0]
+        if B == 0:
+            return {info.index: torch.zeros(0, dtype=torch.long) for info in self.layers}
+        call = self._call(None, mask)
+        with torch.no_grad(), self._installed(call):
+            self.model(input_ids=ids, attention_mask=mask)
+        return dict(call.owners)
+
+    def compute(self, batch: Mapping[str, torch.Tensor], clip_norms: Mapping[GroupKey | str, float]) -> EngineResult:
+        """Norms, clip factors and clipped sums for one batch in one forward and one backward."""
+        ids, mask, labels = _batch_parts(batch)
+        C_G = self._clip_vector(clip_norms)
+        B, T = ids.shape
+        if B == 0:
+            return self._empty_result(ids.device)
+        tape = Tape(num_records=B, tokens_per_record=T, param_names=self._param_names, group_of=self._group_of,
+                    expert_of_group=self._expert_of_group, special=self._special)
+        call = self._call(tape, mask)
+        with self._installed(call), CaptureMode(tape):
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+        loss_B = self.loss_fn(logits, labels)
+        if loss_B.shape != (B,):
+            raise ConfigError(f"loss_fn must return one loss per record, shape ({B},), got {tuple(loss_B.shape)}")
+        missing = [layer for layer in self._owner_layers() if layer not in call.owners]
+        if missing:
+            raise UnsupportedModelError(f"no routing was observed for MoE layers {missing}")
+        before = {n: p.grad for n, p in self.group_map.params.items()}
+        if loss_B.requires_grad:
+            loss_B.sum().backward()
+        for n, p in self.group_map.params.items():
+            if p.grad is not before[n]:
+                raise UnsupportedModelError(
+                    f"parameter {n!r} received a gradient outside the engine's recorded ops; it is used by an op "
+                    "the engine does not handle"
+                )
+        norms_GB, c_GB, sums, nonfinite_B = self._reduce(tape, C_G, B, ids.device)
+        return EngineResult(
+            loss_B=loss_B.detach(),
+            norms={k: norms_GB[i] for i, k in enumerate(self.group_keys)},
+            clipped_sums=sums,
+            owners=dict(call.owners),
+            num_nonfinite=int(nonfinite_B.sum()),
+            nonfinite_B=nonfinite_B,
+            clip_factors={k: c_GB[i] for i, k in enumerate(self.group_keys)},
+        )
+
+    # ------------------------------------------------------------------ reduction
+    def _reduce(self, tape: Tape, C_G: torch.Tensor, B: int, device):
+        params = self.group_map.params
+        by_key: dict[tuple[str, int | None], list[Use]] = defaultdict(list)
+        for use in tape.uses:
+            if use.g is not None or use.per_record is not None:
+                by_key[(use.name, use.slot)].append(use)
+        G = len(self.group_keys)
+        norms2_GB = torch.zeros(G, B, dtype=torch.float64, device=device)
+        plans: list[tuple[tuple[str, int | None], int, str, object]] = []
+        for key, uses in by_key.items():
+            name, slot = key
+            p = params[name]
+            shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
+            group = uses[0].group
+            if len(uses) == 1 and uses[0].kind in ("linear", "embedding") and prefer_ghost(uses[0], B):
+                sq = ghost_sq_norm(uses[0], B)
+                plans.append((key, group, "ghost", uses[0]))
+            else:
+                per = materialise(uses[0], B, shape)
+                for u in uses[1:]:
+                    per = per + materialise(u, B, shape)
+                sq = per.reshape(B, -1).pow(2).sum(dim=1)
+                plans.append((key, group, "mat", per))
+            norms2_GB[group] += sq.to(torch.float64)
+        nonfinite_B = ~torch.isfinite(norms2_GB).all(dim=0)
+        norms_GB = norms2_GB.sqrt()
+        C = C_G.to(device)[:, None]
+        c_GB = torch.where(norms_GB > C, C / norms_GB, torch.ones_like(norms_GB))
+        c_GB = torch.where(nonfinite_B[None, :], torch.zeros_like(c_GB), c_GB)
+        sums = {n: torch.zeros_like(p, memory_format=torch.contiguous_format) for n, p in params.items()}
+        with torch.no_grad():
+            for (name, slot), group, how, obj in plans:
+                p = params[name]
+                shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
+                if how == "ghost":
+                    contrib = clipped_sum(obj, c_GB[group], B, shape)
+                else:
+                    contrib = weighted_sum(obj, c_GB[group])
+                target = sums[name] if slot is None else sums[name][slot]
+                target.add_(contrib.to(p.dtype))
+        return norms_GB, c_GB, sums, nonfinite_B
+
+    # ------------------------------------------------------------------ helpers
+    def _clip_vector(self, clip_norms: Mapping[GroupKey | str, float]) -> torch.Tensor:
+        table = {}
+        for k, v in clip_norms.items():
+            key = GroupKey.parse(k) if isinstance(k, str) else k
+            table[key] = float(v)
+        missing = [str(k) for k in self.group_keys if k not in table]
+        if missing:
+            shown = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+            raise ConfigError(f"clip_norms has no entry for groups {shown}; every group needs a clip norm")
+        values = [table[k] for k in self.group_keys]
+        for k, v in zip(self.group_keys, values, strict=True):
+            if not v >= 0.0:
+                raise ConfigError(f"clip norm of group {k} must be >= 0 (inf = no clipping), got {v}")
+        return torch.tensor(values, dtype=torch.float64)
+
+    def _empty_result(self, device) -> EngineResult:
+        sums = {n: torch.zeros_like(p) for n, p in self.group_map.params.items()}
+        empty = torch.zeros(0, dtype=torch.float64, device=device)
+        return EngineResult(
+            loss_B=torch.zeros(0, device=device), norms={k: empty.clone() for k in self.group_keys},
+            clipped_sums=sums, owners={i: torch.zeros(0, dtype=torch.long, device=device) for i in self._owner_layers()},
+            num_nonfinite=0, nonfinite_B=torch.zeros(0, dtype=torch.bool, device=device),
+            clip_factors={k: empty.clone() for k in self.group_keys},
+        )
+
+    def _owner_layers(self) -> list[int]:
+        return [info.index for info in self.layers]
+
+    def _call(self, tape: Tape | None, mask_BT: torch.Tensor) -> _experts.ActiveCall:
+        B = mask_BT.shape[0]
+        token_mask_N = mask_BT.reshape(-1).bool()
+        layers = {}
+        for info in self.layers:
+            layers[id(info.experts)] = _experts.LayerState(
+                layer=info.index, num_experts=info.num_experts,
+                mask_owners=self.grouping == "roles" and info.index in self.trained_layers,
+                token_mask_N=token_mask_N, records=B,
+            )
+        return _experts.ActiveCall(tape=tape, layers=layers, owners={})
+
+    def _find_tables(self) -> list[tuple[str, nn.Module]]:
+        """Switch-style relative-attention bias tables that are trainable."""
+        out = []
+        for name, module in self.model.named_modules():
+            table = getattr(module, "relative_attention_bias", None)
+            if isinstance(table, nn.Embedding) and table.weight.requires_grad and hasattr(module, "compute_bias"):
+                out.append((f"{name}.relative_attention_bias.weight", module))
+        return out
+
+    @contextlib.contextmanager
+    def _installed(self, call: _experts.ActiveCall):
+        """Select the recording dispatch for one call and restore everything afterwards."""
+        token = _experts.ACTIVE.set(call)
+        restore: list[Callable[[], None]] = []
+        try:
+            for info in self.layers:
+                state = call.layers[id(info.experts)]
+                if info.fused:
+                    cfg = info.experts.config
+                    old = cfg._experts_implementation_internal
+                    cfg._experts_implementation_internal = _experts.IMPLEMENTATION
+                    restore.append(lambda cfg=cfg, old=old: setattr(cfg, "_experts_implementation_internal", old))
+                else:
+                    info.experts.forward = _experts.switch_experts_forward(info.experts, state)
+                    restore.append(lambda m=info.experts: delattr(m, "forward"))
+                    handle = info.router.register_forward_hook(_experts.switch_router_hook(state))
+                    restore.append(handle.remove)
+            if call.tape is not None:
+                for name, module in self._tables:
+                    module.compute_bias = _table_compute_bias(module, name, call.tape)
+                    restore.append(lambda m=module: delattr(m, "compute_bias"))
+            yield
+        finally:
+            for fn in reversed(restore):
+                fn()
+            _experts.ACTIVE.reset(token)
+
+
+def _table_compute_bias(module: nn.Module, name: str, tape: Tape):
+    """A per-record ``compute_bias`` for one Switch attention instance (see :class:`TableFn`)."""
+
+    def compute_bias(query_length, key_length, device=None, past_seen_tokens=0):
+        weight = module.relative_attention_bias.weight
+        device = weight.device if device is None else device
+        context = torch.arange(query_length, dtype=torch.long, device=device)[:, None] + past_seen_tokens
+        memory = torch.arange(key_length, dtype=torch.long, device=device)[None, :]
+        bucket = module._relative_position_bucket(
+            memory - context, bidirectional=not module.is_decoder,
+            num_buckets=module.relative_attention_num_buckets, max_distance=module.relative_attention_max_distance,
+        )
+        use = Use(name=name, slot=None, kind="table", group=tape.group(name, None))
+        tape.uses.append(use)
+        return TableFn.apply(bucket, weight, tape.num_records, use)
+
+    return compute_bias

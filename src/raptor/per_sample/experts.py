@@ -1,0 +1,167 @@
+"""Expert dispatch hooks for the per-record engine, without patching any transformers source.
+
+* Fused 3-D experts (OLMoE, Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3): :func:`raptor_experts_forward`
+  is registered as the ``"raptor"`` implementation of ``transformers.integrations.moe.
+  ExpertsInterface``; the engine selects it by setting the experts config's
+  ``_experts_implementation`` for the duration of one ``compute`` and restores it after. Outside
+  an engine call it computes the plain (grouped-mm) forward.
+* ``ModuleDict`` experts (Switch): :func:`switch_experts_forward` replaces the ``forward`` of the
+  experts *instance* during one ``compute``; each expert's own module forward still runs, so
+  LoRA-wrapped ``wi``/``wo`` work; a row context tells the capture which records the rows are.
+
+Both compute the owner of every record in their layer from the routing actually used (see
+:mod:`raptor.roles.owners`) before dispatching, and, under roles grouping, mark the rows of
+(token, expert) pairs whose record is not owned by that expert so that they are dropped from the
+expert parameters' gradients (they still carry the record's gradient to the shared parameters).
+
+Legend: N tokens (B x T, record-major), K top-k slots, D hidden, E experts.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+
+import torch
+from transformers.integrations.moe import (
+    ExpertsInterface,
+    batched_mm_experts_forward,
+    grouped_mm_experts_forward,
+)
+
+from raptor.errors import UnsupportedModelError
+from raptor.per_sample.capture import RowContext, Tape, linear_use
+from raptor.roles.owners import owners_from_top1, owners_from_topk
+
+IMPLEMENTATION = "raptor"
+
+
+@dataclass
+class LayerState:
+    """What the dispatch hooks need to know about one MoE layer during one engine call."""
+
+    layer: int
+    num_experts: int
+    mask_owners: bool  # roles grouping and a trained layer
+    token_mask_N: torch.Tensor
+    records: int
+
+
+@dataclass
+class ActiveCall:
+    tape: Tape | None  # None: routing only (``engine.route``)
+    layers: dict[int, LayerState]  # id(experts module) -> state
+    owners: dict[int, torch.Tensor]
+
+
+ACTIVE: contextvars.ContextVar[ActiveCall | None] = contextvars.ContextVar("raptor_active_call", default=None)
+
+
+def _expert_rows(select_NE: torch.Tensor, e: int) -> torch.Tensor:
+    return torch.nonzero(select_NE[:, e], as_tuple=False).squeeze(1)
+
+
+def _context(state: LayerState, owner_B: torch.Tensor, tok: torch.Tensor, e: int, T: int) -> RowContext:
+    rec = tok // max(T, 1)
+    keep = None
+    if state.mask_owners:
+        keep = torch.nonzero(owner_B.index_select(0, rec) == e, as_tuple=False).squeeze(1)
+    return RowContext(rec=rec, layer=state.layer, expert=e, keep=keep)
+
+
+def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                           top_k_weights: torch.Tensor) -> torch.Tensor:
+    """Fused experts forward that records per-expert uses of ``gate_up_proj`` / ``down_proj``."""
+    call = ACTIVE.get()
+    state = None if call is None else call.layers.get(id(self))
+    if state is None:
+        if hidden_states.dtype == torch.float64:
+            return batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+        return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    if self.has_bias or not self.has_gate or self.is_transposed or not self.is_concatenated \
+            or self.has_post_expert_norm or self._is_expert_parallel:
+        raise UnsupportedModelError(
+            f"{type(self).__name__}: the engine supports concatenated gate_up/down experts without bias, "
+            "transposition, post-norm or expert parallelism"
+        )
+    hidden_ND = hidden_states
+    N = hidden_ND.shape[0]
+    B = state.records
+    T = N // B if B else 0
+    if B * T != N:
+        raise UnsupportedModelError(f"experts got {N} tokens, not a multiple of the batch size {B}")
+    owner_B = owners_from_topk(top_k_index, top_k_weights, state.token_mask_N, num_records=B,
+                               num_experts=state.num_experts)
+    call.owners[state.layer] = owner_B
+    tape = call.tape
+    out_ND = torch.zeros_like(hidden_ND)
+    gu_tracked = tape is not None and tape.name_of(self.gate_up_proj) is not None
+    down_tracked = tape is not None and tape.name_of(self.down_proj) is not None
+    for e in torch.unique(top_k_index).tolist():
+        if e < 0 or e >= self.num_experts:
+            continue
+        tok, pos = torch.where(top_k_index == e)  # sorted by token, so records are sorted
+        x = hidden_ND.index_select(0, tok)
+        ctx = _context(state, owner_B, tok, e, T)
+        if gu_tracked:
+            gate_up = linear_use(tape, x, self.gate_up_proj, e, ctx)
+        else:
+            gate_up = torch.nn.functional.linear(x, self.gate_up_proj[e])
+        h = self._apply_gate(gate_up)
+        if down_tracked:
+            y = linear_use(tape, h, self.down_proj, e, ctx)
+        else:
+            y = torch.nn.functional.linear(h, self.down_proj[e])
+        y = y * top_k_weights[tok, pos].unsqueeze(-1).to(y.dtype)
+        out_ND = out_ND.index_add(0, tok, y.to(out_ND.dtype))
+    return out_ND
+
+
+def switch_experts_forward(module, state: LayerState):
+    """A replacement ``forward`` for one Switch experts instance (bound via closure)."""
+
+    def forward(hidden_states: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor):
+        call = ACTIVE.get()
+        owner_B = call.owners[state.layer]
+        tape = call.tape
+        N = hidden_states.shape[0]
+        B = state.records
+        T = N // B if B else 0
+        select_NE = selected_experts.reshape(N, -1)
+        out_ND = torch.zeros_like(hidden_states)
+        for e in range(select_NE.shape[1]):
+            tok = _expert_rows(select_NE, e)
+            if tok.numel() == 0:
+                continue
+            ctx = _context(state, owner_B, tok, e, T)
+            if tape is not None:
+                tape.contexts.append(ctx)
+            try:
+                y = module[f"expert_{e}"](hidden_states.index_select(0, tok))
+            finally:
+                if tape is not None:
+                    tape.contexts.pop()
+            y = y * routing_weights.index_select(0, tok).reshape(-1, 1).to(y.dtype)
+            out_ND = out_ND.index_add(0, tok, y.to(out_ND.dtype))
+        return out_ND
+
+    return forward
+
+
+def switch_router_hook(state: LayerState):
+    """Forward hook on a Switch router: owner = most frequent top-1 choice over non-pad tokens."""
+
+    def hook(module, args, output):
+        call = ACTIVE.get()
+        if call is None:
+            return None
+        router_logits = output[2]
+        choice_N = router_logits.detach().argmax(dim=-1).reshape(-1)
+        call.owners[state.layer] = owners_from_top1(choice_N, state.token_mask_N, num_records=state.records,
+                                                    num_experts=state.num_experts)
+        return None
+
+    return hook
+
+
+ExpertsInterface.register(IMPLEMENTATION, raptor_experts_forward)
