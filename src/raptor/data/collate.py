@@ -1,0 +1,104 @@
+"""Encoding records into model batches: ``input_ids [B,T]``, ``attention_mask [B,T]``, ``labels [B]``.
+
+Two paths that give identical batches (a test checks it):
+
+- fast: :func:`encode` tokenizes a whole split once (special tokens added, truncated to
+  ``max_length``, pairs encoded as pairs with the tokenizer's pair template and longest-first
+  truncation, no padding), then :func:`collate` right-pads the records of a batch to the longest
+  one with the tokenizer's pad id;
+- reference: :func:`encode_batch` calls the tokenizer on the batch's texts with
+  ``padding="longest"``, ``padding_side="right"`` and ``return_tensors="pt"``.
+
+Padding is on the right and the mask is 1 on real tokens, 0 on padding. An empty batch gives
+``input_ids`` and ``attention_mask`` of shape ``[0, 0]`` and ``labels`` of shape ``[0]``.
+
+Legend of shape suffixes: B records in the batch, T tokens (the longest record in the batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from raptor.data.dataset import ClassificationData
+from raptor.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EncodedData:
+    """A tokenized split: each record's token ids (unpadded) and its label id."""
+
+    input_ids: tuple[tuple[int, ...], ...]
+    labels: tuple[int, ...]
+    pad_token_id: int
+    max_length: int
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _check(tokenizer, max_length: int, pair: bool) -> int:
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ConfigError("the tokenizer has no pad token; set one (e.g. tokenizer.pad_token = '[PAD]')")
+    need = tokenizer.num_special_tokens_to_add(pair=pair) + (2 if pair else 1)
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < need:
+        raise ConfigError(
+            f"max_length must be an integer >= {need} (special tokens plus one token per text), got {max_length!r}"
+        )
+    return pad_id
+
+
+def encode(tokenizer, data: ClassificationData, *, max_length: int) -> EncodedData:
+    """Tokenize every record of ``data`` once, truncated to ``max_length`` tokens, without padding."""
+    pad_id = _check(tokenizer, max_length, data.is_pair)
+    if len(data) == 0:
+        return EncodedData((), (), pad_id, max_length)
+    out = tokenizer(
+        list(data.texts),
+        list(data.text_pairs) if data.is_pair else None,
+        truncation=True,
+        max_length=max_length,
+        padding=False,
+        add_special_tokens=True,
+    )
+    ids = tuple(tuple(int(t) for t in row) for row in out["input_ids"])
+    return EncodedData(ids, data.labels, pad_id, max_length)
+
+
+def collate(encoded: EncodedData, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+    """The batch of records ``indices``, right-padded to the longest one."""
+    rows = [encoded.input_ids[int(i)] for i in indices]
+    T = max((len(r) for r in rows), default=0)
+    input_ids_BT = torch.full((len(rows), T), encoded.pad_token_id, dtype=torch.long)
+    attention_mask_BT = torch.zeros((len(rows), T), dtype=torch.long)
+    for b, row in enumerate(rows):
+        input_ids_BT[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask_BT[b, : len(row)] = 1
+    labels_B = torch.tensor([encoded.labels[int(i)] for i in indices], dtype=torch.long)
+    return {"input_ids": input_ids_BT, "attention_mask": attention_mask_BT, "labels": labels_B}
+
+
+def encode_batch(tokenizer, data: ClassificationData, indices: Sequence[int], *, max_length: int) -> dict[str, torch.Tensor]:
+    """Reference path: tokenize and pad the records ``indices`` in one tokenizer call."""
+    _check(tokenizer, max_length, data.is_pair)
+    idx = [int(i) for i in indices]
+    if not idx:
+        empty = torch.zeros((0, 0), dtype=torch.long)
+        return {"input_ids": empty, "attention_mask": empty.clone(), "labels": torch.zeros(0, dtype=torch.long)}
+    out = tokenizer(
+        [data.texts[i] for i in idx],
+        [data.text_pairs[i] for i in idx] if data.is_pair else None,
+        truncation=True,
+        max_length=max_length,
+        padding="longest",
+        padding_side="right",
+        return_tensors="pt",
+    )
+    return {
+        "input_ids": out["input_ids"].long(),
+        "attention_mask": out["attention_mask"].long(),
+        "labels": torch.tensor([data.labels[i] for i in idx], dtype=torch.long),
+    }

@@ -1,0 +1,173 @@
+"""Loading the user's own CSV, TSV or JSON Lines files, in the style of Hugging Face ``run_glue.py``.
+
+Options (as on the command line): ``--train-file``, ``--validation-file``, ``--text-column`` (one
+column, or two for sentence pairs) and ``--label-column`` (default ``label``). The files need a
+header (JSON Lines: the keys of each object). The format comes from the suffix: ``.csv``, ``.tsv``,
+``.jsonl`` / ``.json`` (one object per line), optionally ``.gz``.
+
+Labels
+- Values may be strings or integers. Surrounding whitespace of a CSV/TSV label cell is ignored.
+- Without a task, the label set is the set of values in the **train** file, sorted (numerically
+  when every value is an integer, else as strings), like ``run_glue.py``; label id ``i`` is the
+  ``i``-th value. Every validation label must be in that set.
+- With a ``task`` (a GLUE :class:`TaskSpec`), values must be the task's TSV labels or label names
+  and map to the task's ids; a pair task must be given two text columns.
+
+Privacy: the label *set* of the train file is read from the private file. It is the schema the
+user declares by providing the file (as in every DP fine-tuning recipe); pass ``task=`` or
+``label_names=`` to fix it in advance instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from raptor.data.dataset import ClassificationData, DataSplits
+from raptor.data.tasks import TaskSpec, get_task
+from raptor.data.textio import Record, Table, read_table
+from raptor.errors import DataError
+
+#: text columns used when none are given, checked in this order (a pair first).
+DEFAULT_TEXT_COLUMNS: tuple[tuple[str, ...], ...] = (("sentence1", "sentence2"), ("sentence",), ("text",))
+
+
+def _label_value(record: Record, column: str, where: str):
+    if column not in record.fields:
+        raise DataError(f"{where}: line {record.line}: missing label column {column!r}")
+    value = record.fields[column]
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(
+            f"{where}: line {record.line}: label {value!r} in column {column!r} must be a string or an "
+            f"integer (regression targets are not supported)"
+        )
+    if isinstance(value, str):
+        value = value.strip()
+        if value == "":
+            raise DataError(f"{where}: line {record.line}: empty label in column {column!r}")
+    return value
+
+
+def _text_value(record: Record, column: str, where: str) -> str:
+    if column not in record.fields:
+        raise DataError(f"{where}: line {record.line}: missing text column {column!r}")
+    value = record.fields[column]
+    if not isinstance(value, str):
+        raise DataError(
+            f"{where}: line {record.line}: text column {column!r} holds {type(value).__name__} "
+            f"{value!r}; expected a string"
+        )
+    return value
+
+
+def _sorted_labels(values: list[str]) -> list[str]:
+    """The distinct label values, sorted numerically when all are integers, else as strings."""
+    def as_int(v: str) -> int | None:
+        digits = v[1:] if v[:1] in "+-" else v
+        return int(v) if digits.isdigit() else None
+
+    distinct = set(values)
+    if all(as_int(v) is not None for v in distinct):
+        return sorted(distinct, key=lambda v: (as_int(v), v))
+    return sorted(distinct)
+
+
+def _resolve_text_columns(table: Table, text_columns: Sequence[str] | None) -> tuple[str, ...]:
+    if text_columns is None:
+        for candidate in DEFAULT_TEXT_COLUMNS:
+            if all(c in table.columns for c in candidate):
+                return candidate
+        raise DataError(
+            f"{table.name}: no --text-column given and none of the default columns "
+            f"{[list(c) for c in DEFAULT_TEXT_COLUMNS]} is in the header {list(table.columns)}; "
+            f"pass --text-column NAME (or two names for sentence pairs)"
+        )
+    columns = tuple(text_columns)
+    if len(columns) not in (1, 2):
+        raise DataError(f"--text-column takes one or two column names, got {len(columns)}: {list(columns)}")
+    return columns
+
+
+def _extract(table: Table, text_columns, label_column) -> tuple[list[str], list[str] | None, list[str]]:
+    table.require_columns(text_columns, role="text column")
+    table.require_columns((label_column,), role="label column")
+    texts = [_text_value(r, text_columns[0], table.name) for r in table.records]
+    pairs = [_text_value(r, text_columns[1], table.name) for r in table.records] if len(text_columns) == 2 else None
+    raw = [str(_label_value(r, label_column, table.name)) for r in table.records]
+    return texts, pairs, raw
+
+
+def _ids(table: Table, raw: list[str], mapping: dict[str, int], column: str, allowed: str) -> tuple[int, ...]:
+    ids = []
+    for record, value in zip(table.records, raw):
+        if value not in mapping:
+            raise DataError(
+                f"{table.name}: line {record.line}: unknown label {value!r} in column {column!r}; "
+                f"expected one of {allowed}"
+            )
+        ids.append(mapping[value])
+    return tuple(ids)
+
+
+def load_user_files(
+    train_file: str | Path,
+    validation_file: str | Path | None = None,
+    *,
+    text_columns: Sequence[str] | None = None,
+    label_column: str = "label",
+    task: str | TaskSpec | None = None,
+    label_names: Sequence[str] | None = None,
+) -> DataSplits:
+    """Train (and validation) splits from the user's CSV / TSV / JSON Lines files.
+
+    Args:
+        train_file, validation_file: paths; the format comes from the suffix.
+        text_columns: one column, or two for sentence pairs; default: ``sentence1, sentence2`` if
+            present, else ``sentence``, else ``text``.
+        label_column: the column holding labels.
+        task: a GLUE task whose label set and pair-ness the files must follow.
+        label_names: a fixed label set (strings, in id order) instead of the train file's.
+    """
+    spec = get_task(task) if task is not None else None
+    train_table = read_table(train_file)
+    columns = _resolve_text_columns(train_table, text_columns)
+    if spec is not None and spec.is_pair and len(columns) == 1:
+        raise DataError(
+            f"{train_file}: task {spec.name} takes sentence pairs but one --text-column ({columns[0]!r}) was "
+            f"given; pass two, e.g. --text-column {' '.join(spec.hub_text_columns)}"
+        )
+    if spec is not None and not spec.is_pair and len(columns) == 2:
+        raise DataError(f"{train_file}: task {spec.name} takes single sentences but two --text-column were given")
+
+    texts, pairs, raw = _extract(train_table, columns, label_column)
+    if spec is not None:
+        names = spec.label_names
+        mapping = {v: i for i, v in enumerate(spec.tsv_labels)} | {n: i for i, n in enumerate(spec.label_names)}
+        allowed = f"task {spec.name}'s labels {', '.join(repr(v) for v in spec.tsv_labels)} (or names {list(names)})"
+    elif label_names is not None:
+        names = tuple(str(n) for n in label_names)
+        mapping = {n: i for i, n in enumerate(names)}
+        allowed = f"the given label names {list(names)}"
+    else:
+        values = _sorted_labels(raw)
+        if len(values) < 2:
+            raise DataError(
+                f"{train_file}: column {label_column!r} has a single label value {values[0]!r}; "
+                f"classification needs at least two labels in the train file"
+            )
+        names = tuple(str(v) for v in values)
+        mapping = {n: i for i, n in enumerate(names)}
+        allowed = f"the train file's labels {list(names)}"
+    train = ClassificationData(
+        tuple(texts), _ids(train_table, raw, mapping, label_column, allowed), names,
+        tuple(pairs) if pairs is not None else None, source=str(train_file),
+    )
+    validation = None
+    if validation_file is not None:
+        table = read_table(validation_file)
+        vtexts, vpairs, vraw = _extract(table, columns, label_column)
+        validation = ClassificationData(
+            tuple(vtexts), _ids(table, vraw, mapping, label_column, allowed), names,
+            tuple(vpairs) if vpairs is not None else None, source=str(validation_file),
+        )
+    return DataSplits(train=train, validation=validation)
