@@ -1,0 +1,527 @@
+"""Speed and peak memory of raptor's per-record engine vs the plain (non-private) step, on CPU.
+
+For every family and configuration it measures, in one process:
+
+* the **plain step**: ``model(input_ids, attention_mask)`` -> mean cross-entropy ->
+  ``loss.backward()`` (gradients land in ``param.grad``), with the model's own experts
+  implementation;
+* the **engine step**: ``PerRecordEngine(model, trained_layers=<all MoE layers>,
+  grouping="roles").compute(batch, clip_norms)`` with every clip norm = 1.0 (clipping active):
+  forward with capture, one backward, per-record per-group norms, clip factors, clipped sums;
+
+after ``--warmup`` untimed rounds, ``--reps`` timed rounds in ABBA order; it reports the median
+and IQR of each and ``time_ratio = median(engine) / median(plain)``. The engine's time is split
+into phases (forward, loss, backward, reduce = norms + clipping + clipped sums) by wrapping the
+model's forward, ``torch.autograd.backward`` and the engine's ``_reduce`` (benchmark-only
+instrumentation; the engine is not modified).
+
+Peak memory: the peak RSS increase of one step over the RSS just before it, heap trimmed and the
+kernel high-water mark reset before each step (see ``_common.py``); the larger of two
+measurements per step. ``mem_ratio = engine / plain`` (the increase: activations, saved tensors,
+gradients / clipped sums, scratch); ``mem_ratio_total`` also adds the RSS of the loaded model and
+runtime to both sides.
+
+For reference, Opacus (hooks mode, ``DPOptimizer`` clipping with noise 0, no Poisson sampling) on a
+dense pre-LN transformer of the same width, depth, heads, vocabulary and batch, with an MLP of
+``top_k * expert_intermediate`` (the MoE's active width), against its own plain step.
+
+Each configuration runs in a fresh subprocess (``--worker``) unless ``--in-process``. Threads:
+``torch.set_num_threads(--threads)`` (default 2) in every worker.
+
+Run: ``.venv/bin/python benchmarks/engine_speed.py`` (full, ~10 min on 2 cores) or ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:
+    sys.path.insert(0, str(_HERE))
+
+import _common  # noqa: E402
+
+SCHEMA_VERSION = 1
+DEFAULT_OUT = _HERE / "results" / "engine_speed.json"
+FAMILIES = ("switch_transformers", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One measured configuration (model size + batch shape + repetitions)."""
+
+    family: str
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_experts: int = 16
+    top_k: int = 2
+    expert_intermediate: int = 256
+    vocab_size: int = 1024
+    batch_size: int = 16
+    seq_len: int = 128
+    warmup: int = 1
+    reps: int = 5
+    threads: int = 2
+    seed: int = 0
+    clip_norm: float = 1.0
+    profile: bool = False
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_experts", "top_k", "expert_intermediate",
+                     "vocab_size", "batch_size", "seq_len", "reps", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Config.{name} must be a positive integer, got {value!r}")
+        if self.warmup < 0:
+            raise ValueError(f"Config.warmup must be >= 0, got {self.warmup}")
+        if self.family != "opacus_dense" and self.family not in FAMILIES:
+            raise ValueError(f"Config.family must be one of {FAMILIES} or 'opacus_dense', got {self.family!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.family} E={self.num_experts} T={self.seq_len} B={self.batch_size} d={self.hidden_size}"
+
+
+# ------------------------------------------------------------------------------------------ shared bits
+
+
+def _batch(cfg: Config):
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    ids_BT = torch.randint(3, cfg.vocab_size, (cfg.batch_size, cfg.seq_len), generator=gen)
+    mask_BT = torch.ones(cfg.batch_size, cfg.seq_len, dtype=torch.long)
+    labels_B = torch.randint(0, 2, (cfg.batch_size,), generator=gen)
+    return {"input_ids": ids_BT, "attention_mask": mask_BT, "labels": labels_B}
+
+
+def _memory(steps: dict[str, Callable[[], object]], clear: Callable[[], None]) -> tuple[dict[str, int], str]:
+    """Peak RSS increase per step: ABBA order, the larger of two measurements each."""
+    names = list(steps)
+    peaks: dict[str, int] = {n: 0 for n in names}
+    method = "none"
+    for name in names + names[::-1]:
+        clear()
+        peak, method = _common.peak_increase_bytes(steps[name])
+        peaks[name] = max(peaks[name], peak)
+    clear()
+    return peaks, method
+
+
+def _profile(fn: Callable[[], object], top: int = 15) -> list[dict]:
+    """Top ops of one call of ``fn`` by self CPU time (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in rows) or 1.0
+    return [
+        {"op": e.key, "calls": int(e.count), "self_ms": e.self_cpu_time_total / 1000.0,
+         "self_share": e.self_cpu_time_total / total, "total_ms": e.cpu_time_total / 1000.0}
+        for e in rows[:top]
+    ]
+
+
+class _PhaseClock:
+    """Accumulates wall time per phase within one step; ``rounds`` keeps one dict per step."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+        self.rounds: list[dict[str, float]] = []
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.current[name] += time.perf_counter() - t0
+
+        return timed
+
+    def close_round(self, total: float) -> None:
+        row = dict(self.current)
+        row["other"] = total - sum(row.values())
+        self.rounds.append(row)
+        self.current = defaultdict(float)
+
+    def medians(self) -> dict[str, float]:
+        keys = sorted({k for r in self.rounds for k in r})
+        return {k: _common.summary([r.get(k, 0.0) for r in self.rounds])["median"] for k in keys}
+
+
+def _result(cfg: Config, times: dict[str, list[float]], peaks: dict[str, int], method: str, base_rss: int,
+            private: str, plain: str, extra: dict) -> dict:
+    tp, te = _common.summary(times[plain]), _common.summary(times[private])
+    mp, me = peaks[plain], peaks[private]
+    out = {
+        "config": asdict(cfg),
+        "label": cfg.label,
+        "time_s": {"plain": tp, "private": te},
+        "time_ratio": te["median"] / tp["median"],
+        "mem_bytes": {"plain_peak_increase": mp, "private_peak_increase": me, "baseline_rss": base_rss,
+                      "method": method},
+        "mem_ratio": (me / mp) if mp > 0 else None,
+        "mem_ratio_total": (base_rss + me) / (base_rss + mp) if base_rss + mp > 0 else None,
+    }
+    out.update(extra)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ raptor engine
+
+
+def moe_worker(cfg: Config) -> dict:
+    """Plain step vs ``PerRecordEngine.compute`` on one family's model (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    from raptor.moe.adapters import get_adapter
+    from raptor.moe.models import TinySize, build_model
+    from raptor.per_sample.engine import PerRecordEngine
+
+    torch.set_num_threads(cfg.threads)
+    size = TinySize(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                    num_heads=cfg.num_heads, num_experts=cfg.num_experts, top_k=cfg.top_k,
+                    expert_intermediate=cfg.expert_intermediate, max_positions=max(256, cfg.seq_len))
+    model = build_model(cfg.family, size=size, generator=torch.Generator().manual_seed(cfg.seed))
+    layers = [info.index for info in get_adapter(model).moe_layers(model)]
+    engine = PerRecordEngine(model, trained_layers=layers, grouping="roles")
+    batch = _batch(cfg)
+    clip = {key: cfg.clip_norm for key in engine.group_keys}
+    params = [p for p in model.parameters() if p.requires_grad]
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    plain_phases, engine_phases = _PhaseClock(), _PhaseClock()
+
+    def clear() -> None:
+        for p in params:
+            p.grad = None
+
+    def plain_step() -> None:
+        clear()
+        t0 = time.perf_counter()
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        loss = F.cross_entropy(logits.float(), labels)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        plain_phases.current.update({"forward": t1 - t0, "backward": t2 - t1})
+        plain_phases.close_round(t2 - t0)
+
+    # Benchmark-only phase instrumentation of the engine (nothing in the engine is modified).
+    original_forward = model.forward
+    original_backward = torch.autograd.backward
+    original_loss = engine.loss_fn
+    original_reduce = getattr(engine, "_reduce", None)
+
+    def engine_step() -> None:
+        model.forward = engine_phases.wrap("forward", original_forward)
+        torch.autograd.backward = engine_phases.wrap("backward", original_backward)
+        engine.loss_fn = engine_phases.wrap("loss", original_loss)
+        if original_reduce is not None:
+            engine._reduce = engine_phases.wrap("reduce", original_reduce)
+        t0 = time.perf_counter()
+        try:
+            result = engine.compute(batch, clip)
+        finally:
+            torch.autograd.backward = original_backward
+            del model.forward
+            engine.loss_fn = original_loss
+            if original_reduce is not None:
+                del engine._reduce
+        engine_phases.close_round(time.perf_counter() - t0)
+        if result.num_nonfinite:
+            raise RuntimeError(f"{cfg.label}: {result.num_nonfinite} non-finite records in a benchmark batch")
+
+    steps = {"plain": plain_step, "private": engine_step}
+    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clock=time.perf_counter)
+    clear()
+    _common.trim_heap()
+    base_rss = _common.rss_bytes()
+    peaks, method = _memory(steps, clear)
+    plain_phases.rounds.clear()
+    engine_phases.rounds.clear()
+    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clock=time.perf_counter)
+    extra = {
+        "kind": "raptor_engine",
+        "num_params": sum(p.numel() for p in params),
+        "num_groups": len(engine.group_keys),
+        "phases_s": {"plain": plain_phases.medians(), "private": engine_phases.medians()},
+    }
+    if cfg.profile:
+        extra["profile"] = {"plain": _profile(plain_step), "private": _profile(lambda: engine.compute(batch, clip))}
+    clear()
+    return _result(cfg, times, peaks, method, base_rss, "private", "plain", extra)
+
+
+# ------------------------------------------------------------------------------------------ opacus reference
+
+
+def _dense_model(cfg: Config):
+    """A dense pre-LN transformer classifier of the MoE config's width/depth built from modules Opacus
+    supports (Embedding, Linear, LayerNorm; attention as Linear q/k/v/o + scaled_dot_product_attention)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    d, h, ff = cfg.hidden_size, cfg.num_heads, cfg.top_k * cfg.expert_intermediate
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.up, self.down = nn.Linear(d, ff), nn.Linear(ff, d)
+
+        def forward(self, x_BTD, bias_B1TT):
+            B, T, _ = x_BTD.shape
+            y = self.ln1(x_BTD)
+            q, k, v = (lin(y).view(B, T, h, d // h).transpose(1, 2) for lin in (self.q, self.k, self.v))
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=bias_B1TT)
+            x_BTD = x_BTD + self.o(att.transpose(1, 2).reshape(B, T, d))
+            return x_BTD + self.down(F.gelu(self.up(self.ln2(x_BTD))))
+
+    class DenseClassifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(cfg.vocab_size, d)
+            self.pos = nn.Embedding(max(256, cfg.seq_len), d)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg.num_layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, 2)
+
+        def forward(self, ids_BT, mask_BT):
+            B, T = ids_BT.shape
+            pos_BT = torch.arange(T).expand(B, T)
+            x = self.tok(ids_BT) + self.pos(pos_BT)
+            m = mask_BT.to(x.dtype)
+            bias = ((1.0 - m) * -1e9)[:, None, None, :].expand(B, 1, T, T)
+            for block in self.blocks:
+                x = block(x, bias)
+            x = self.ln(x)
+            pooled = (x * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1.0)
+            return self.head(pooled)
+
+    with torch.random.fork_rng(devices=[]):
+        model = DenseClassifier()
+    gen = torch.Generator().manual_seed(cfg.seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.02 if p.ndim >= 2 else p)
+    return model
+
+
+def opacus_worker(cfg: Config) -> dict:
+    """Opacus (hooks, DPOptimizer clip+accumulate, noise 0) vs plain on the dense reference model."""
+    import copy
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    torch.set_num_threads(cfg.threads)
+    warnings.filterwarnings("ignore")
+    base = _dense_model(cfg)
+    plain_model = copy.deepcopy(base)
+    gsm = GradSampleModule(base, batch_first=True, loss_reduction="mean")
+    optimizer = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.0), noise_multiplier=0.0, max_grad_norm=cfg.clip_norm,
+                            expected_batch_size=cfg.batch_size)
+    batch = _batch(cfg)
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+
+    def clear() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        plain_model.zero_grad(set_to_none=True)
+
+    def plain_step() -> None:
+        plain_model.zero_grad(set_to_none=True)
+        F.cross_entropy(plain_model(ids, mask), labels).backward()
+
+    def opacus_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(gsm(ids, mask), labels).backward()
+        optimizer.pre_step()  # per-sample norms, clipping, clipped sum, (zero) noise into p.grad
+
+    steps = {"plain": plain_step, "private": opacus_step}
+    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clock=time.perf_counter)
+    clear()
+    _common.trim_heap()
+    base_rss = _common.rss_bytes()
+    peaks, method = _memory(steps, clear)
+    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clock=time.perf_counter)
+    extra = {"kind": "opacus_dense", "num_params": sum(p.numel() for p in plain_model.parameters()),
+             "dense_mlp_width": cfg.top_k * cfg.expert_intermediate}
+    clear()
+    return _result(cfg, times, peaks, method, base_rss, "private", "plain", extra)
+
+
+def run_config(cfg: Config) -> dict:
+    return opacus_worker(cfg) if cfg.family == "opacus_dense" else moe_worker(cfg)
+
+
+# ------------------------------------------------------------------------------------------ plan and report
+
+
+MEDIUM = dict(hidden_size=256, num_layers=4, num_heads=4, num_experts=16, top_k=2, expert_intermediate=256,
+              vocab_size=1024, batch_size=16, seq_len=128)
+QUICK = dict(hidden_size=32, num_layers=2, num_heads=4, num_experts=4, top_k=2, expert_intermediate=32,
+             vocab_size=256, batch_size=4, seq_len=16)
+
+
+def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str], experts: Sequence[int],
+         seq_lens: Sequence[int], warmup: int, reps: int, sweep_reps: int, threads: int, profile: Sequence[str],
+         opacus: bool) -> list[Config]:
+    """The configurations of one run: the base config per family, E and T sweeps, the Opacus reference."""
+    base = QUICK if quick else MEDIUM
+    common = dict(warmup=warmup, threads=threads)
+    configs: list[Config] = []
+    for fam in families:
+        configs.append(Config(fam, **base, reps=reps, profile=fam in profile, tags=("base",), **common))
+    for fam in sweep_families:
+        for e in experts:
+            if e != base["num_experts"] or fam not in families:
+                configs.append(Config(fam, **dict(base, num_experts=e, top_k=min(base["top_k"], e)), reps=sweep_reps,
+                                      tags=("sweep_experts",), **common))
+        for t in seq_lens:
+            if t != base["seq_len"] or fam not in families:
+                configs.append(Config(fam, **dict(base, seq_len=t), reps=sweep_reps, tags=("sweep_seq",), **common))
+    if opacus:
+        configs.append(Config("opacus_dense", **base, reps=reps, tags=("opacus",), **common))
+    return configs
+
+
+def _row(r: dict) -> dict:
+    c = r.get("config", {})
+    row = {"family": c.get("family"), "E": c.get("num_experts"), "T": c.get("seq_len"), "B": c.get("batch_size"),
+           "tags": ",".join(c.get("tags", ()))}
+    if "error" in r:
+        row["error"] = r["error"].splitlines()[-1][:80] if r["error"] else "error"
+        return row
+    t = r["time_s"]
+    row.update(plain_s=t["plain"]["median"], plain_iqr=t["plain"]["iqr"], private_s=t["private"]["median"],
+               private_iqr=t["private"]["iqr"], time_ratio=r["time_ratio"], mem_ratio=r["mem_ratio"],
+               mem_total=r["mem_ratio_total"],
+               mem_plain_mb=r["mem_bytes"]["plain_peak_increase"] / 2**20,
+               mem_private_mb=r["mem_bytes"]["private_peak_increase"] / 2**20)
+    return row
+
+
+COLUMNS = (("family", "family"), ("E", "E"), ("T", "T"), ("B", "B"), ("plain_s", "plain s"), ("plain_iqr", "iqr"),
+           ("private_s", "private s"), ("private_iqr", "iqr"), ("time_ratio", "time x"),
+           ("mem_plain_mb", "plain MB"), ("mem_private_mb", "private MB"), ("mem_ratio", "mem x"),
+           ("mem_total", "mem total x"), ("error", "error"))
+
+
+def report_table(results: Sequence[dict]) -> str:
+    rows = [_row(r) for r in results]
+    cols = [c for c in COLUMNS if c[0] != "error" or any("error" in r for r in rows)]
+    return _common.format_table(rows, cols)
+
+
+def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeout: float = 600.0,
+                  log: Callable[[str], None] = print) -> dict:
+    """Run every configuration (each in a fresh subprocess unless ``in_process``) and collect the JSON."""
+    import torch
+
+    results = []
+    t_start = time.perf_counter()
+    for cfg in configs:
+        t0 = time.perf_counter()
+        if in_process:
+            result = run_config(cfg)
+        else:
+            result = _common.run_worker(Path(__file__), {"config": asdict(cfg)}, timeout=timeout)
+            result.setdefault("config", asdict(cfg))
+        results.append(result)
+        summary = (f"time x{result['time_ratio']:.2f} mem x{result['mem_ratio'] or math.nan:.2f}"
+                   if "error" not in result else "ERROR " + result["error"].splitlines()[-1][:200])
+        log(f"[{time.perf_counter() - t0:6.1f}s] {cfg.label}: {summary}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "benchmark": "engine_speed",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "wall_s": time.perf_counter() - t_start,
+        "threads": configs[0].threads if configs else None,
+        "in_process": in_process,
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "machine": platform.machine(), "processor": platform.processor()},
+        "results": results,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    add_arguments(p)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) -> None:
+    p.add_argument("--quick", action="store_true", default=quick_default,
+                   help="tiny sizes (d=32, 2 layers, E=4, T=16, B=4) for a smoke run")
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, metavar="FAMILY",
+                   help="families at the base config (default: all seven)")
+    p.add_argument("--sweep-families", nargs="*", default=None, metavar="FAMILY",
+                   help="families for the E and T sweeps (default: switch_transformers olmoe; quick: none)")
+    p.add_argument("--experts", nargs="+", type=int, default=None, help="E sweep (default 4 8 16 32; quick 2 4)")
+    p.add_argument("--seq-lens", nargs="+", type=int, default=None, help="T sweep (default 32 64 128; quick 8 16)")
+    p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 5; quick 3)")
+    p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker (default 2)")
+    p.add_argument("--profile", nargs="*", default=None, metavar="FAMILY",
+                   help="families whose base config also gets torch.profiler top ops (default: all; quick: none)")
+    p.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")
+    p.add_argument("--in-process", action="store_true", help="run configurations in this process (no subprocess)")
+    p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT}; quick: none)")
+
+
+def configs_from_args(args: argparse.Namespace) -> list[Config]:
+    quick = args.quick
+    sweep = args.sweep_families if args.sweep_families is not None else ([] if quick else ["switch_transformers",
+                                                                                            "olmoe"])
+    profile = args.profile if args.profile is not None else ([] if quick else list(args.families))
+    return plan(quick=quick, families=args.families, sweep_families=sweep,
+                experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32]),
+                seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128]),
+                warmup=args.warmup, reps=args.reps or (3 if quick else 5), sweep_reps=args.sweep_reps or 3,
+                threads=args.threads, profile=profile, opacus=not args.no_opacus)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.worker is not None:
+        spec = json.loads(args.worker)
+        c = spec["config"]
+        c["tags"] = tuple(c.get("tags", ()))
+        print(json.dumps(run_config(Config(**c))))
+        return 0
+    configs = configs_from_args(args)
+    out = args.out if args.out is not None else (None if args.quick else DEFAULT_OUT)
+    report = run_benchmark(configs, in_process=args.in_process, log=lambda s: print(s, flush=True))
+    print()
+    print(f"threads={report['threads']}  (ratios = median(private) / median(plain), measured in one process)")
+    print(report_table(report["results"]))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        print(f"\nwrote {out}")
+    return 0 if all("error" not in r for r in report["results"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
