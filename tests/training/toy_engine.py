@@ -20,22 +20,18 @@ E = 3
 
 @dataclass(frozen=True, order=True)
 class ToyKey:
-    """Duck-typed group key (kind, layer, expert) like raptor.roles.groups.GroupKey."""
+    """Duck-typed group key (kind, layer, expert_id) like raptor.roles.groups.GroupKey."""
 
     kind: str
     layer: int | None = None
-    index: int | None = None
+    expert_id: int | None = None
 
     @property
     def is_expert(self) -> bool:
         return self.kind == "expert"
 
-    @property
-    def expert(self) -> int | None:
-        return self.index
-
     def __str__(self) -> str:
-        return f"expert/{self.layer}/{self.index}" if self.is_expert else self.kind
+        return f"expert/{self.layer}/{self.expert_id}" if self.is_expert else self.kind
 
 
 class ToyMoE(nn.Module):
@@ -98,7 +94,7 @@ class ToyEngine:
             loss = nn.functional.cross_entropy(self.model(one["input_ids"], one["attention_mask"]).logits, one["labels"])
             grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()), allow_unused=True)))
             for key, slices in self.group_map.groups.items():
-                if key.is_expert and key.expert != int(owners[i]):
+                if key.is_expert and key.expert_id != int(owners[i]):
                     continue
                 gs = [grads[s.name] if grads[s.name] is not None else torch.zeros_like(params[s.name]) for s in slices]
                 norm = torch.sqrt(sum((g ** 2).sum() for g in gs))

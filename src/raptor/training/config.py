@@ -204,7 +204,9 @@ class TrainConfig:
     """A training run. ``batch_size`` is the EXPECTED Poisson batch B (q = B/N); the number of
     updates is T = ceil(N/B) * epochs (or ``steps`` when given), fixed before training.
     ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
-    of MoE layer indices; ``num_auto_layers`` is how many "auto" picks.
+    of MoE layer indices; ``num_auto_layers`` is how many "auto" picks. LoRA (dp-lora): rank 8,
+    alpha 16 as in the reference, but dropout 0 (the reference's 0.05 would draw from torch's global
+    RNG, which raptor never uses).
     """
 
     method: str = "raptor"
@@ -219,7 +221,7 @@ class TrainConfig:
     max_length: int = 128
     lora_rank: int = 8
     lora_alpha: float = 16.0
-    lora_dropout: float = 0.05
+    lora_dropout: float = 0.0
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     performance: PerformanceConfig = field(default_factory=PerformanceConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -47,6 +47,7 @@ class FixedPlan:
     num_layers: int
     schedule: Schedule = Schedule()
     private: bool = True
+    delta: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.sample_rate <= 1:
@@ -72,7 +73,7 @@ class FixedPlan:
     def to_dict(self) -> dict:
         return {"kind": "fixed" if self.private else "nonprivate", "sample_rate": self.sample_rate,
                 "steps": self.steps, "sigma_shared": self.sigma_shared, "sigma_expert": self.sigma_expert,
-                "num_layers": self.num_layers, "alternate": self.schedule.alternate}
+                "num_layers": self.num_layers, "alternate": self.schedule.alternate, "delta": self.delta}
 
 
 def nonprivate_plan(sample_rate: float, steps: int, schedule: Schedule | None = None) -> FixedPlan:

@@ -93,11 +93,15 @@ class StreamSetup:
     trained_layers: tuple[int, ...]
     releases: tuple[GroupRelease, ...]
     public_report: dict
+    empty_groups: tuple = ()
 
     @property
     def clip_norms(self) -> dict:
-        """{GroupKey: C_g} as the engine takes them."""
-        return {r.key: r.clip_norm for r in self.releases}
+        """{GroupKey: C_g} as the engine takes them (groups with no trainable slice get 1.0: they
+        contribute nothing and are never released)."""
+        table = {key: 1.0 for key in self.empty_groups}
+        table.update({r.key: r.clip_norm for r in self.releases})
+        return table
 
     def streams(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(r.stream for r in self.releases))
@@ -141,8 +145,10 @@ def build_stream_setup(
         if getattr(key, "is_expert", False):
             experts_per_layer[key.layer] = experts_per_layer.get(key.layer, 0) + 1
     releases = []
+    empty = []
     for key, slices in groups.items():
         if not slices:
+            empty.append(key)
             continue
         if not getattr(key, "is_expert", False):
             releases.append(GroupRelease(key, "shared", float(clip_shared), float(batch_size)))
@@ -152,8 +158,8 @@ def build_stream_setup(
         else:
             if shares is None or key.layer not in shares:
                 raise ConfigError(f"public denominator needs the public owner shares of layer {key.layer}")
-            n_hat = batch_size * float(shares[key.layer][key.expert])
+            n_hat = batch_size * float(shares[key.layer][key.expert_id])
         c = clip_experts if isinstance(clip_experts, (int, float)) else clip_experts[key]
         releases.append(GroupRelease(key, "expert", float(c), float(n_hat)))
     return StreamSetup(grouping=grouping, trained_layers=tuple(trained_layers), releases=tuple(releases),
-                       public_report=public_report or {})
+                       public_report=public_report or {}, empty_groups=tuple(empty))

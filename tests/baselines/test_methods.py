@@ -1,0 +1,104 @@
+"""Every method on the same machinery: trains a tiny model; with zero noise and no clipping each DP
+path equals plain training of the same trainable set, step for step.
+
+Why the configurations below: RAPTOR's owner masking drops a record's gradient on non-owner
+experts, so RAPTOR with noise 0 and no clipping is plain training of a *masked* objective, not of
+the model's loss. With one expert per layer every token's expert is its record's owner, masking is
+a no-op and the public denominator is B * 1 = B, so raptor and expert-only must equal plain
+training exactly there. Dense methods (dpsgd, dp-lora, last-layer) and shared-only never mask, so
+they are compared on a 4-expert model. SGD is used because AdamW's m / sqrt(v) turns rounding-level
+gradient differences on near-zero coordinates into O(lr) parameter differences.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from raptor.baselines.methods import METHOD_SPECS, build_trainer
+from raptor.moe.models import TinySize, build_model
+from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
+
+
+def _records(n: int, seed: int, vocab: int = 512, T: int = 10):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (n, T), generator=g)
+    mask = torch.ones(n, T, dtype=torch.long)
+    lengths = torch.randint(2, T + 1, (n,), generator=g)
+    mask[torch.arange(T)[None, :] >= lengths[:, None]] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (n,), generator=g)}
+
+
+DATA = {"train": _records(48, 1), "validation": _records(16, 2), "public": _records(24, 3)}
+
+
+def _run(method, *, experts=4, plain=False, privacy=None, steps=3, optim=None):
+    model = build_model("switch_transformers", generator=torch.Generator().manual_seed(5),
+                        size=TinySize(num_experts=experts, top_k=1))
+    cfg = tiny_recipe(method, steps=steps, batch_size=8,
+                      privacy=privacy or PrivacyConfig(epsilon=8.0, secure_rng=False),
+                      optim=optim or OptimConfig(lr=1e-3))
+    trainer = build_trainer(cfg, model, train=DATA["train"], validation=DATA["validation"],
+                            public=DATA["public"], plain=plain)
+    results = trainer.fit(progress=False)
+    return trainer, results
+
+
+FIXED = PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False)
+
+
+@pytest.mark.parametrize("method", list(METHOD_SPECS))
+def test_each_method_trains_a_tiny_model(method):
+    # Fixed sigmas keep this fast (no calibration); the ledger still records every step.
+    trainer, res = _run(method, privacy=FIXED, steps=2)
+    assert res["steps"] == 2 and 0.0 <= res["final_accuracy"] <= 1.0
+    if method == "nonprivate":
+        assert math.isinf(res["epsilon"]) and trainer.ledger is None
+    else:
+        assert 0 < res["epsilon"] < math.inf and len(trainer.ledger) == 2
+    streams = {g["stream"] for g in res["streams"]["groups"].values()}
+    expected = {"raptor": {"shared", "expert"}, "expert-only": {"expert"}}.get(method, {"shared"})
+    assert streams == expected
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and not any(".router." in n for n in trainable)
+
+
+def test_calibrated_raptor_run_stays_within_budget():
+    trainer, res = _run("raptor", privacy=PrivacyConfig(epsilon=2.0, secure_rng=False), steps=2)
+    plan = trainer.plan
+    assert plan.steps == 2 and plan.sigma_shared > 0 and plan.sigma_expert > 0
+    assert res["epsilon"] <= 2.0 and res["delta"] == plan.delta < 1 / 48
+    assert res["sigma"] == {"shared": plan.sigma_shared, "expert": plan.sigma_expert}
+
+
+ZERO = PrivacyConfig(epsilon=None, clip_shared=math.inf, clip_expert=math.inf, noise_multipliers=(0.0, 0.0),
+                     secure_rng=False)
+SGD = OptimConfig(name="sgd", lr=0.5, weight_decay=0.0)
+
+
+@pytest.mark.parametrize(
+    "method, experts",
+    [("dpsgd", 4), ("dp-lora", 4), ("last-layer", 4), ("shared-only", 4), ("raptor", 1), ("expert-only", 1)],
+)
+def test_zero_noise_no_clipping_equals_plain_training(method, experts):
+    dp, _ = _run(method, experts=experts, privacy=ZERO, optim=SGD)
+    ref, _ = _run(method, experts=experts, plain=True, privacy=ZERO, optim=SGD)
+    dp_params = dict(dp.model.named_parameters())
+    moved = 0
+    for name, p in ref.model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(dp_params[name], p, rtol=1e-4, atol=1e-5, msg=name)
+            moved += 1
+    assert moved > 0
+
+
+def test_raptor_masking_is_not_plain_training_with_several_experts():
+    # The counterpart of the test above: with 4 experts, owner masking changes expert updates.
+    dp, _ = _run("raptor", experts=4, privacy=ZERO, optim=SGD)
+    ref, _ = _run("raptor", experts=4, plain=True, privacy=ZERO, optim=SGD)
+    ref_params = dict(ref.model.named_parameters())
+    diffs = [float((p - ref_params[n]).detach().abs().max()) for n, p in dp.model.named_parameters()
+             if p.requires_grad and ".experts." in n]
+    assert max(diffs) > 1e-4
