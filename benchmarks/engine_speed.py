@@ -26,7 +26,8 @@ dense pre-LN transformer of the same width, depth, heads, vocabulary and batch, 
 ``top_k * expert_intermediate`` (the MoE's active width), against its own plain step.
 
 Each configuration runs in a fresh subprocess (``--worker``) unless ``--in-process``. Threads:
-``torch.set_num_threads(--threads)`` (default 2) in every worker.
+``torch.set_num_threads(--threads)`` (default 1: on a shared 2-core machine two OpenMP threads
+per process stall at barriers whenever another process holds a core) in every worker.
 
 Run: ``.venv/bin/python benchmarks/engine_speed.py`` (full, ~10 min on 2 cores) or ``--quick``.
 """
@@ -442,7 +443,10 @@ def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeou
     for cfg in configs:
         t0 = time.perf_counter()
         if in_process:
-            result = run_config(cfg)
+            try:
+                result = run_config(cfg)
+            except Exception as err:  # reported in the JSON and the exit status, not swallowed
+                result = {"config": asdict(cfg), "error": f"{type(err).__name__}: {err}"}
         else:
             result = _common.run_worker(Path(__file__), {"config": asdict(cfg)}, timeout=timeout)
             result.setdefault("config", asdict(cfg))
@@ -482,7 +486,7 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
     p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 5; quick 3)")
     p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
-    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every worker (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every worker (default 1)")
     p.add_argument("--profile", nargs="*", default=None, metavar="FAMILY",
                    help="families whose base config also gets torch.profiler top ops (default: all; quick: none)")
     p.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")

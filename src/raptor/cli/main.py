@@ -18,6 +18,7 @@ from raptor.errors import RaptorError
 COMMANDS: dict[str, tuple[str, str]] = {
     "account": ("raptor.cli.account", "epsilon of T subsampled Gaussian releases at a delta"),
     "plan": ("raptor.cli.plan", "calibrate sigma_s and sigma_e to an (epsilon, delta) budget"),
+    "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
 }
 
 

@@ -1,0 +1,80 @@
+"""Smoke test of benchmarks/engine_speed.py and `raptor bench`: the JSON schema, no timing assertions."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from raptor.cli.bench import _benchmark_module
+from raptor.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _benchmark_module(ROOT / "benchmarks" / "engine_speed.py")
+
+
+def _check_result(r: dict, kind: str) -> None:
+    assert "error" not in r, r.get("error")
+    assert r["kind"] == kind
+    for step in ("plain", "private"):
+        s = r["time_s"][step]
+        assert set(s) == {"median", "q1", "q3", "iqr", "n"}
+        assert s["median"] > 0 and s["q1"] <= s["median"] <= s["q3"] and s["n"] == r["config"]["reps"]
+    assert math.isclose(r["time_ratio"], r["time_s"]["private"]["median"] / r["time_s"]["plain"]["median"])
+    mem = r["mem_bytes"]
+    assert mem["method"] in ("vmhwm-reset", "ru_maxrss")
+    assert mem["plain_peak_increase"] >= 0 and mem["private_peak_increase"] >= 0 and mem["baseline_rss"] >= 0
+    assert r["num_params"] > 0
+
+
+def test_quick_run_schema(bench, tmp_path):
+    configs = bench.plan(quick=True, families=["olmoe"], sweep_families=["switch_transformers"], experts=[2],
+                         seq_lens=[8], warmup=0, reps=2, sweep_reps=1, threads=1, profile=["olmoe"], opacus=True)
+    assert [c.tags for c in configs] == [("base",), ("sweep_experts",), ("sweep_seq",), ("opacus",)]
+    report = bench.run_benchmark(configs, in_process=True, log=lambda s: None)
+    report = json.loads(json.dumps(report))  # JSON-safe
+    assert report["schema_version"] == bench.SCHEMA_VERSION and report["threads"] == 1
+    results = report["results"]
+    assert len(results) == 4
+    for r in results[:3]:
+        _check_result(r, "raptor_engine")
+        assert {"forward", "backward", "reduce", "other"} <= set(r["phases_s"]["private"])
+        assert {"forward", "backward"} <= set(r["phases_s"]["plain"])
+    assert results[1]["config"]["num_experts"] == 2 and results[2]["config"]["seq_len"] == 8
+    assert results[0]["num_groups"] == 1 + 2 * 4  # shared + (2 layers x 4 experts)
+    prof = results[0]["profile"]["private"]
+    assert prof and all({"op", "calls", "self_ms", "self_share"} <= set(p) for p in prof)
+    _check_result(results[3], "opacus_dense")
+    table = bench.report_table(results)
+    assert "olmoe" in table and "opacus_dense" in table
+
+
+def test_cli_bench_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--families", "qwen3_moe", "--no-opacus", "--reps", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["config"]["family"] for r in report["results"]] == ["qwen3_moe"]
+    _check_result(report["results"][0], "raptor_engine")
+    assert "time x" in capsys.readouterr().out
+
+
+def test_interleaving_and_summary(bench):
+    import _common
+
+    calls = []
+    times = _common.run_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                    warmup=1, reps=3, clock=iter(range(100)).__next__)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]
+    assert times == {"a": [1, 1, 1], "b": [1, 1, 1]}
+    s = _common.summary([1.0, 2.0, 3.0, 10.0])
+    assert s["median"] == 2.5 and s["q1"] == 1.75 and s["q3"] == 4.75 and s["iqr"] == 3.0
+
+
+def test_bench_rejects_bad_threads():
+    assert main(["bench", "--threads", "0"]) == 2
