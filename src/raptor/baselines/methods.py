@@ -231,7 +231,7 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     spec = METHOD_SPECS[config.method]
     if plain:
         spec = MethodSpec(spec.trainable, None, (), spec.uses_layers)
-    model.to(config.performance.device)
+    model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
     model.eval()
     adapter = get_adapter(model)
     adapter.prepare(model)

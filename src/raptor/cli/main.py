@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "account": ("raptor.cli.account", "epsilon of T subsampled Gaussian releases at a delta"),
     "plan": ("raptor.cli.plan", "calibrate sigma_s and sigma_e to an (epsilon, delta) budget"),
     "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
+    "train": ("raptor.cli.train", "DP fine-tuning with RAPTOR or a baseline; writes results.json and a checkpoint"),
+    "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),
 }
 
 

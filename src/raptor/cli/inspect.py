@@ -1,0 +1,65 @@
+"""Public routing statistics per MoE layer and the recommended layer(s) to protect (no privacy cost).
+
+Routes the PUBLIC corpus (``--public-file``, or the public slice of ``--task``/``--train-file``'s
+training split, or of the bundled SST-2 sample) through the model with natural routing, assigns
+each record its owner expert per MoE layer, and prints per layer: routing entropy H of the owner
+shares (and H / log E), chi^2 distance to uniform (E sum pi^2 - 1, the mean squared mis-scaling of
+the uniform denominator B/E), a split-half proxy of the public denominator's bias
+(mean_e (pi_e^A / pi_hat_e^B - 1)^2 between two halves of the public corpus), min/max smoothed
+shares, and, with ``--noise-multiplier``, the load-weighted noise variance
+sum_e pi_hat_e sigma^2 C^2 d_e / (B pi_hat_e)^2. The rule: protect the layer(s) with the highest
+entropy (ties to the later layer).
+
+Privacy: reads the public corpus only; the private records are never loaded into the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from raptor.cli.train import add_data_arguments, load_data, load_model_and_tokenizer, to_records
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_data_arguments(parser)
+    parser.add_argument("--count", type=int, default=1, help="how many layers to recommend (default 1)")
+    parser.add_argument("--batch-size", type=int, default=1024, help="expected batch size B for the variance")
+    parser.add_argument("--noise-multiplier", type=float, default=None,
+                        help="expert-stream sigma_e: fills the noise-variance column")
+    parser.add_argument("--clip-expert", type=float, default=1.0, help="expert clip norm C for the variance")
+    parser.add_argument("--seed", type=int, default=0, help="init seed of a tiny random model (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from raptor.baselines.methods import public_routing
+    from raptor.mechanisms import seeded_generator
+    from raptor.moe.adapters import get_adapter
+    from raptor.roles.layer_choice import LayerChoice, choose_layers
+    from raptor.roles.public_stats import layer_stats
+    from raptor.training.config import TrainConfig
+
+    _, split, _ = load_data(args)
+    model, tokenizer = load_model_and_tokenizer(args, split.public, split.public.num_labels,
+                                                seeded_generator(args.seed))
+    model.eval()
+    public = to_records(tokenizer, split.public, args.max_length)
+    owners = public_routing(model, public, TrainConfig())
+    table = []
+    for info in get_adapter(model).moe_layers(model):
+        variance = {}
+        if args.noise_multiplier is not None:
+            d_e = sum(p.numel() for p in info.experts.parameters()) // info.num_experts
+            variance = dict(batch_size=args.batch_size, noise_multiplier=args.noise_multiplier,
+                            clip_norms_E=args.clip_expert, dims_E=d_e)
+        table.append(layer_stats(info.index, owners[info.index], info.num_experts, **variance))
+    choice = LayerChoice(table=tuple(table), chosen=choose_layers(table, min(args.count, len(table))))
+    if args.json:
+        out = choice.to_dict()
+        out.update({"model": args.model, "public_records": int(public["labels"].shape[0]), "public_rule": split.rule})
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"public corpus: {len(split.public):,} records ({split.rule})")
+        print(choice.format_table())
+    return 0

@@ -1,0 +1,67 @@
+"""`raptor train` and `raptor inspect` end to end on tiny data (the CLI modules are owned by the trainer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raptor.cli.main import main
+
+
+def _write_tsv(path, rows):
+    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    words = ["good", "bad", "great", "awful", "fine", "poor", "nice", "dull"]
+    rows = [(f"{words[i % 8]} movie {words[(3 * i) % 8]} plot", i % 2) for i in range(120)]
+    _write_tsv(d / "train.tsv", rows[:100])
+    _write_tsv(d / "dev.tsv", rows[100:])
+    return d
+
+
+def test_train_writes_results_and_resumes(files, tmp_path, capsys):
+    out = tmp_path / "run"
+    common = ["train", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+              "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
+              "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3", "--output-dir", str(out),
+              "--no-progress", "--epsilon", "4"]
+    assert main(common + ["--steps", "2"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["steps"] == 2 and res["epsilon"] <= 4.0 and res["delta"] < 1 / 80
+    assert res["data"]["private_records"] == 80 and res["data"]["public_records"] == 20
+    assert set(res["sigma"]) == {"shared", "expert"} and res["seconds_per_step"] > 0 and res["peak_rss_mib"] > 0
+    assert "loss" not in json.dumps(res).lower().replace("loss_fn", "")
+    assert (out / "checkpoint" / "state.json").is_file()
+    printed = capsys.readouterr().out
+    assert "NOT secure" in printed and "loss" not in printed
+
+    # The checkpoint's ledger holds 2 steps; resuming it for a 2-step plan runs nothing more.
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert sum(r["count"] for r in state["ledger"]["executed"]) == 2
+    assert main(common + ["--steps", "2", "--resume", str(out / "checkpoint")]) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["steps"] == 2 and again["epsilon"] == pytest.approx(res["epsilon"])
+
+
+def test_train_bad_arguments_exit_2(files, tmp_path, capsys):
+    assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path)]) == 2
+    assert "--data-dir" in capsys.readouterr().err
+    assert main(["train", "--layers", "x", "--output-dir", str(tmp_path)]) == 2
+
+
+def test_inspect_prints_table_and_json(files, capsys):
+    args = ["inspect", "--train-file", str(files / "train.tsv"), "--public-size", "40", "--vocab-size", "60",
+            "--max-length", "12", "--hidden-size", "16", "--num-layers", "3"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "recommended layer(s):" in text and text.count("\n") >= 5
+    assert main(args + ["--json", "--noise-multiplier", "1.0", "--batch-size", "32"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["layers"]) == 3 and len(d["chosen"]) == 1 and d["public_records"] == 40
+    best = max(d["layers"], key=lambda s: (s["entropy"], s["layer"]))
+    assert d["chosen"] == [best["layer"]]
+    assert all(s["mean_noise_variance"] > 0 for s in d["layers"])
