@@ -9,7 +9,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from raptor.accounting import SIGMA_MAX, default_delta, plan_budget
+from raptor.accounting import SIGMA_MAX, VALUE_DISCRETIZATION_INTERVAL, default_delta, plan_budget
 from raptor.accounting.planning import FINE_RTOL, RDP_RTOL
 from raptor.errors import ConfigError, InfeasibleTargetError
 
@@ -33,7 +33,7 @@ def test_joint_plan_hits_the_target_from_below(sst2_plan):
     assert plan.target_epsilon * (1 - FINE_RTOL) <= plan.epsilon <= plan.target_epsilon
     # independently: dp_accounting on the step built from the plan's two sigmas by the joint rule
     sigma_eff = (1 / plan.sigma_shared**2 + plan.num_layers / plan.sigma_expert**2) ** -0.5
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL)
     acc.compose(_sg(plan.sample_rate, sigma_eff, plan.steps))
     assert acc.get_epsilon(plan.delta) == pytest.approx(plan.epsilon, rel=1e-9)
     assert plan.sigma_eff == pytest.approx(sigma_eff, rel=1e-12)
@@ -43,7 +43,7 @@ def test_joint_plan_hits_the_target_from_below(sst2_plan):
 
 def test_plan_noise_is_the_least_that_fits(sst2_plan):
     """1% less noise than planned would overshoot the target (the plan is tight, not just safe)."""
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL)
     acc.compose(_sg(sst2_plan.sample_rate, sst2_plan.sigma_eff * 0.99, sst2_plan.steps))
     assert acc.get_epsilon(sst2_plan.delta) > sst2_plan.target_epsilon
 
@@ -75,7 +75,7 @@ def test_alternating_plan_composes_two_phases():
     # per phase the same inverse-variance split: 1/sigma_s^2 = r/m^2, L/sigma_e^2 = (1-r)/m^2
     assert (1 / plan.sigma_shared**2) / (2 / plan.sigma_expert**2) == pytest.approx(0.3 / 0.7, rel=1e-12)
     # independently with dp_accounting: the two phases composed
-    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL)
     acc.compose(dp_accounting.ComposedDpEvent([
         _sg(plan.sample_rate, plan.sigma_shared, n_shared),
         _sg(plan.sample_rate, plan.sigma_expert / math.sqrt(2), plan.steps - n_shared)]))

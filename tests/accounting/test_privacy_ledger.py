@@ -9,7 +9,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from raptor.accounting import PrivacyLedger, epsilon_of, plan_budget
+from raptor.accounting import VALUE_DISCRETIZATION_INTERVAL, PrivacyLedger, epsilon_of, plan_budget
 from raptor.errors import BudgetExceededError, ConfigError
 
 
@@ -30,7 +30,7 @@ def test_epsilon_matches_dp_accounting_on_the_ledgers_own_event():
     ledger.record(0.02, 1.2, count=100, label="shared")
     ledger.record(0.02, 0.9, count=50, label="expert")
     ledger.record(0.02, 1.2, count=100, label="shared")
-    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL)
     pld.compose(ledger.dp_event())
     # the ledger canonicalises the multiset; composition is commutative, so the figures agree
     assert ledger.epsilon(1e-5) == pytest.approx(pld.get_epsilon(1e-5), rel=1e-6)

@@ -1,7 +1,7 @@
 """raptor.accounting: DP accounting of RAPTOR's releases, built on Google's ``dp_accounting``.
 
 * :mod:`~raptor.accounting.events`: a release as a ``dp_accounting`` event; range checks.
-* :mod:`~raptor.accounting.accountants`: epsilon/delta with PLD (primary, discretisation 1e-4) or RDP.
+* :mod:`~raptor.accounting.accountants`: epsilon/delta with PLD (primary, discretisation 2e-4) or RDP.
 * :mod:`~raptor.accounting.rules`: the joint-step and alternating-schedule rules.
 * :mod:`~raptor.accounting.ledger`: :class:`PrivacyLedger`, saved with every checkpoint.
 * :mod:`~raptor.accounting.planning`: :func:`plan_budget` -> :class:`BudgetPlan` (calibration).

@@ -49,7 +49,7 @@ class PrivacyLedger:
     """Executed and planned DP releases with their (epsilon, delta) guarantee.
 
     Args:
-        accountant: ``"pld"`` (primary; PLD with value_discretization_interval 1e-4) or ``"rdp"``.
+        accountant: ``"pld"`` (primary; PLD with value_discretization_interval 2e-4) or ``"rdp"``.
         adjacency: ``"add-remove"`` or ``"replace-one"`` (see :mod:`raptor.accounting.accountants`).
     """
 

@@ -1,0 +1,126 @@
+"""Wall time of a whole budget calibration (``plan_budget``) and of the ledger's per-step operations.
+
+For each plan configuration: ``--reps`` cold calibrations (every accountant cache cleared before
+each), median and IQR of the wall time, the median process CPU time (robust to other load on a
+shared machine), and ``ratio_to_budget = median / 2 s`` (the issue asks for under 2 s per plan). Also the number of accountant evaluations (coarse 1e-3 grid, fine 1e-4 grid).
+
+Ledger: the median time of ``record`` (one release) and of ``epsilon(delta)`` right after a new
+release (a progress bar asking every step: each query is a new composition, the single-release
+PLD is cached), and of ``check_can_record`` on a ledger that carries its plan.
+
+Writes JSON (default ``benchmarks/results/calibration_speed.json``) and prints a table.
+Run: ``.venv/bin/python benchmarks/calibration_speed.py [--reps 3] [--out PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import raptor.accounting.accountants as acc
+import raptor.accounting.planning as planning
+from raptor.accounting import plan_budget
+
+_HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = _HERE / "results" / "calibration_speed.json"
+BUDGET_S = 2.0
+
+CONFIGS = [
+    ("sst2 joint L=1 eps=8", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0)),
+    ("sst2 joint L=2 r=0.3 eps=8", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0, num_layers=2,
+                                        shared_ratio=0.3)),
+    ("sst2 alternate 1:1 eps=8", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0, alternate=(1, 1))),
+    ("sst2 alternate 2:1 r=0.3 eps=4", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=4.0,
+                                            alternate=(2, 1), shared_ratio=0.3)),
+    ("sst2 joint replace-one eps=8", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0,
+                                          adjacency="replace-one")),
+    ("sst2 joint eps=1", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=1.0)),
+    ("sst2 20 epochs eps=8", dict(dataset_size=67349, batch_size=1024, epochs=20, epsilon=8.0)),
+    ("mnli joint eps=8", dict(dataset_size=392702, batch_size=1024, epochs=3, epsilon=8.0)),
+    ("sst2 joint rdp eps=8", dict(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0, accountant="rdp")),
+]
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return {"median_s": statistics.median(times), "iqr_s": q[2] - q[0], "min_s": min(times), "max_s": max(times)}
+
+
+def time_plan(kwargs: dict, reps: int) -> dict:
+    times, cpu, evals = [], [], {}
+    orig = planning.epsilon_of
+    for _ in range(reps):
+        acc.clear_caches()
+        counter: dict[str, int] = {}
+
+        def counted(counts, delta, _c=counter, **kw):
+            key = f"{kw.get('accountant', 'pld')}@{kw.get('value_discretization_interval')}"
+            _c[key] = _c.get(key, 0) + 1
+            return orig(counts, delta, **kw)
+
+        planning.epsilon_of = counted
+        try:
+            t0, c0 = time.perf_counter(), time.process_time()
+            plan = plan_budget(**kwargs)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        finally:
+            planning.epsilon_of = orig
+        evals = counter
+    s = _summary(times)
+    return {**s, "cpu_median_s": statistics.median(cpu), "ratio_to_budget": s["median_s"] / BUDGET_S,
+            "cpu_ratio_to_budget": statistics.median(cpu) / BUDGET_S, "evaluations": evals, "sigma_eff": plan.sigma_eff,
+            "sigma_shared": plan.sigma_shared, "sigma_expert": plan.sigma_expert, "epsilon": plan.epsilon,
+            "target_epsilon": plan.target_epsilon, "delta": plan.delta, "steps": plan.steps}
+
+
+def time_ledger(steps: int = 40) -> dict:
+    acc.clear_caches()
+    plan = plan_budget(dataset_size=67349, batch_size=1024, epochs=3, epsilon=8.0)
+    ledger = plan.to_ledger()
+    rec, eps, check = [], [], []
+    for t in range(steps):
+        sigma = plan.noise_multiplier_for_step(t)
+        t0 = time.perf_counter()
+        ledger.check_can_record(plan.sample_rate, sigma, 1, plan.target_epsilon, plan.delta)
+        check.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ledger.record(plan.sample_rate, sigma)
+        rec.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ledger.epsilon(plan.delta)
+        eps.append(time.perf_counter() - t0)
+    return {"steps": steps, "record": _summary(rec), "epsilon_after_each_step": _summary(eps[1:]),
+            "check_can_record_with_plan": _summary(check[1:])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--reps", type=int, default=3, help="cold calibrations per configuration (default 3)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    args = p.parse_args(argv)
+    rows = []
+    for name, kwargs in CONFIGS:
+        r = time_plan(kwargs, args.reps)
+        rows.append({"config": name, "kwargs": kwargs, **r})
+        print(f"{name:34s} wall median {r['median_s']:.3f} s (IQR {r['iqr_s']:.3f}), CPU {r['cpu_median_s']:.3f} s; "
+              f"ratio to 2 s {r['ratio_to_budget']:.2f}"
+              f"  sigma_eff {r['sigma_eff']:.4f}  eps {r['epsilon']:.4f}/{r['target_epsilon']:g}  evals {r['evaluations']}")
+    ledger = time_ledger()
+    print(f"ledger record: median {ledger['record']['median_s'] * 1e6:.1f} us; epsilon after each step: median "
+          f"{ledger['epsilon_after_each_step']['median_s'] * 1e3:.1f} ms; check_can_record (with plan): median "
+          f"{ledger['check_can_record_with_plan']['median_s'] * 1e6:.1f} us")
+    result = {"benchmark": "calibration_speed", "budget_s": BUDGET_S, "reps": args.reps,
+              "python": platform.python_version(), "machine": platform.machine(), "plans": rows, "ledger": ledger}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
