@@ -18,9 +18,11 @@ from raptor.errors import RaptorError
 COMMANDS: dict[str, tuple[str, str]] = {
     "account": ("raptor.cli.account", "epsilon of T subsampled Gaussian releases at a delta"),
     "plan": ("raptor.cli.plan", "calibrate sigma_s and sigma_e to an (epsilon, delta) budget"),
-    "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
+    "check": ("raptor.cli.check", "compare the per-record engine with the one-record reference on a tiny model"),
+    "demo": ("raptor.cli.demo", "train a tiny Switch model on the bundled SST-2 sample (the main job)"),
     "train": ("raptor.cli.train", "DP fine-tuning with RAPTOR or a baseline; writes results.json and a checkpoint"),
     "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),
+    "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
 }
 
 

@@ -341,11 +341,19 @@ class CaptureMode(TorchFunctionMode):
                 raise UnsupportedModelError(f"parameter {name!r} is only supported through its family hook")
 
 
-_QUERY_NAMES = {"__get__", "size", "dim", "numel", "is_floating_point", "data_ptr", "is_contiguous",
-                "element_size", "get_device", "__len__", "nelement", "ndimension", "stride", "storage_offset",
-                "__hash__", "__eq__", "is_complex", "__format__", "__repr__", "__bool__", "__setstate__",
-                "requires_grad_", "detach", "_has_compatible_shallow_copy_type", "__set__"}
+_QUERY_NAMES = {"size", "dim", "numel", "is_floating_point", "data_ptr", "is_contiguous", "element_size",
+                "get_device", "__len__", "nelement", "ndimension", "stride", "storage_offset", "__hash__",
+                "is_complex", "__format__", "__repr__", "requires_grad_", "detach",
+                "_has_compatible_shallow_copy_type"}
+# Attributes whose value is not a differentiable view of the parameter (``.T``, ``.mT``, ``.data``
+# and friends are not here: they would carry gradient around the capture).
+_SAFE_ATTRS = {"dtype", "shape", "device", "requires_grad", "is_leaf", "ndim", "layout", "is_cuda", "is_meta",
+               "is_sparse", "is_quantized", "grad", "grad_fn", "_version", "names", "itemsize", "nbytes"}
 
 
 def _is_query(func) -> bool:
-    return getattr(func, "__name__", "") in _QUERY_NAMES
+    name = getattr(func, "__name__", "")
+    if name in ("__get__", "__set__"):
+        attr = getattr(getattr(func, "__self__", None), "__name__", "")
+        return attr in _SAFE_ATTRS or (name == "__set__" and attr == "data")
+    return name in _QUERY_NAMES

@@ -1,0 +1,170 @@
+"""Engine-vs-oracle comparison: the code behind ``raptor check`` and the engine's tests.
+
+:func:`compare` runs :class:`~raptor.per_sample.engine.PerRecordEngine` and
+:func:`~raptor.per_sample.reference.reference_compute` on one batch with clip norms chosen between
+the smallest and largest positive per-record norm of each group (so clipping is active on some
+records of most groups) and reports the maximum relative errors.
+
+Privacy: runs on a synthetic batch; nothing private is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from raptor.per_sample.engine import EngineResult, PerRecordEngine
+from raptor.per_sample.reference import reference_compute
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Maximum relative errors of the engine against the one-record reference."""
+
+    family: str
+    grouping: str
+    lora: bool
+    max_rel_norm_error: float
+    max_rel_sum_error: float
+    max_rel_loss_error: float
+    owners_match: bool
+    nonfinite_match: bool
+    clipped_groups: int
+    num_groups: int
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return (self.max_rel_norm_error <= self.tolerance and self.max_rel_sum_error <= self.tolerance
+                and self.max_rel_loss_error <= self.tolerance and self.owners_match and self.nonfinite_match)
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), passed=self.passed)
+
+
+def to_float64(model: nn.Module) -> nn.Module:
+    """Convert a model to float64 for exact comparisons (Switch routers keep their own dtype attr)."""
+    model.double()
+    for module in model.modules():
+        if type(module).__name__.endswith("Top1Router"):
+            module.dtype = torch.float64
+    return model
+
+
+def synthetic_batch(vocab_size: int, batch_size: int, seq_len: int, generator: torch.Generator,
+                    *, pad_id: int = 0, num_labels: int = 2, empty_record: bool = True) -> dict[str, torch.Tensor]:
+    """Random right-padded records of random lengths; record 1 is empty when ``empty_record``."""
+    ids = torch.randint(3, vocab_size, (batch_size, seq_len), generator=generator)
+    lengths = torch.randint(1, seq_len + 1, (batch_size,), generator=generator)
+    if batch_size > 0:
+        lengths[0] = seq_len
+    if empty_record and batch_size > 1:
+        lengths[1] = 0
+    mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
+    ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad_id))
+    labels = torch.randint(0, num_labels, (batch_size,), generator=generator)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def clip_norms_between(result: EngineResult) -> dict:
+    """Per group: the midpoint of the smallest and largest positive finite per-record norm (1.0 if none)."""
+    out = {}
+    for key, norms in result.norms.items():
+        v = norms[torch.isfinite(norms) & (norms > 0)]
+        out[key] = float((v.min() + v.max()) / 2) if v.numel() else 1.0
+    return out
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return 0.0
+    a, b = a.detach().double(), b.detach().double()
+    finite = torch.isfinite(b)
+    if not torch.equal(finite, torch.isfinite(a)):
+        return float("inf")
+    scale = b[finite].abs().max() if bool(finite.any()) else torch.tensor(0.0, dtype=torch.float64)
+    if float(scale) == 0.0:
+        return float((a[finite] - b[finite]).abs().max()) if bool(finite.any()) else 0.0
+    return float((a[finite] - b[finite]).abs().max() / scale)
+
+
+def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
+            tolerance: float = 1e-4, family: str = "", lora: bool = False) -> CheckReport:
+    """Engine vs reference on one batch, with clipping active on some records of each group."""
+    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping)
+    probe = engine.compute(batch, {k: float("inf") for k in engine.group_keys})
+    clip = clip_norms_between(probe)
+    got = engine.compute(batch, clip)
+    ref = reference_compute(model, batch, clip, trained_layers, grouping)
+    norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
+    sum_err = max((_rel(got.clipped_sums[n], ref.clipped_sums[n]) for n in ref.clipped_sums), default=0.0)
+    loss_err = _rel(got.loss_B, ref.loss_B)
+    owners = all(torch.equal(got.owners[layer], ref.owners[layer]) for layer in ref.owners)
+    clipped = sum(int(bool((got.clip_factors[k] < 1).any())) for k in engine.group_keys)
+    return CheckReport(
+        family=family or model.config.model_type, grouping=grouping, lora=lora, max_rel_norm_error=norm_err,
+        max_rel_sum_error=sum_err, max_rel_loss_error=loss_err, owners_match=owners,
+        nonfinite_match=got.num_nonfinite == ref.num_nonfinite, clipped_groups=clipped,
+        num_groups=len(engine.group_keys), tolerance=tolerance,
+    )
+
+
+def freeze_untrained_experts(model: nn.Module, trained_layers: Sequence[int]) -> None:
+    """``requires_grad_(False)`` on the expert parameters of MoE layers outside ``trained_layers``."""
+    from raptor.moe.adapters import get_adapter
+
+    trained = set(trained_layers)
+    for info in get_adapter(model).moe_layers(model):
+        if info.index not in trained:
+            info.experts.requires_grad_(False)
+
+
+def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> nn.Module:
+    """PEFT LoRA on the attention projections (and Switch expert ``wi``/``wo``), random A and B.
+
+    Only LoRA parameters stay trainable (PEFT freezes the base weights).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    model_type = model.config.model_type
+    if model_type == "switch_transformers":
+        targets = ["q", "v", "wi", "wo"]
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        targets = ["q_proj", "o_proj"]
+    else:
+        targets = ["q_proj", "v_proj"]
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
+                        init_lora_weights=False)
+    peft_model = get_peft_model(model, config)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64).mul_(0.1).to(p.dtype))
+    return peft_model
+
+
+def check_family(family: str, *, grouping: str = "roles", lora: bool = False, batch_size: int = 5,
+                 seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4) -> CheckReport:
+    """Build the family's tiny float64 model and compare the engine with the reference."""
+    from raptor.moe.models import build_model
+
+    generator = torch.Generator().manual_seed(seed)
+    model = to_float64(build_model(family, generator=generator))
+    layers = [info.index for info in _layers(model)]
+    trained = layers[-1:]
+    if lora:
+        model = add_lora(model, generator)
+    freeze_untrained_experts(model, trained)
+    vocab = model.config.vocab_size
+    batch = synthetic_batch(vocab, batch_size, seq_len, generator)
+    return compare(model, batch, trained_layers=trained, grouping=grouping, tolerance=tolerance, family=family,
+                   lora=lora)
+
+
+def _layers(model: nn.Module):
+    from raptor.moe.adapters import get_adapter
+
+    return get_adapter(model).moe_layers(model)

@@ -1,0 +1,57 @@
+"""Adapter registry and per-family declarations (contract test over every family)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from raptor.errors import UnsupportedModelError
+from raptor.moe.adapters import get_adapter, supported_model_types
+from raptor.moe.models import FAMILIES, build_model
+
+
+def test_registry_covers_families_and_unknown_lists_supported():
+    assert set(FAMILIES) <= set(supported_model_types())
+    with pytest.raises(UnsupportedModelError, match="supported: .*olmoe"):
+        get_adapter("bert")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_adapter_contract(family):
+    model = build_model(family, generator=torch.Generator().manual_seed(0))
+    adapter = get_adapter(model)
+    layers = adapter.moe_layers(model)
+    assert [info.index for info in layers] == [0, 1]
+    for info in layers:
+        assert info.num_experts == 4
+        assert info.top_k == (1 if family == "switch_transformers" else 2)
+        assert info.fused == (family != "switch_transformers")
+        expected_shared = {"qwen2_moe": 2, "deepseek_v2": 1, "deepseek_v3": 1}.get(family, 0)
+        assert len(info.shared_experts) == expected_shared
+    # batch-coupling features: switched on here, switched off by prepare
+    model.config.router_aux_loss_coef = 0.01
+    if hasattr(model.config, "output_router_logits"):
+        model.config.output_router_logits = True
+    for module in model.modules():
+        if hasattr(module, "jitter_noise"):
+            module.jitter_noise = 0.1
+    changed = adapter.prepare(model)
+    assert "router_aux_loss_coef" in changed
+    policy = adapter.aux_policy(model)
+    assert policy["router_aux_loss_coef"] == 0.0
+    assert not policy.get("output_router_logits", False)
+    assert all(getattr(m, "jitter_noise", 0.0) == 0.0 for m in model.modules())
+
+
+def test_deepseek_v3_correction_bias_stays_a_frozen_buffer():
+    model = build_model("deepseek_v3")
+    adapter = get_adapter(model)
+    adapter.prepare(model)
+    buffers = [n for n, _ in model.named_buffers() if n.endswith("e_score_correction_bias")]
+    assert buffers and not any(n.endswith("e_score_correction_bias") for n, _ in model.named_parameters())
+    gate = adapter.moe_layers(model)[0].router
+    bias = gate.e_score_correction_bias
+    del gate._buffers["e_score_correction_bias"]
+    gate.e_score_correction_bias = torch.nn.Parameter(bias.clone())
+    with pytest.raises(UnsupportedModelError, match="e_score_correction_bias"):
+        adapter.prepare(model)

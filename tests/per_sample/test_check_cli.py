@@ -1,0 +1,23 @@
+"""``raptor check FAMILY [--json]``."""
+
+from __future__ import annotations
+
+import json
+
+from raptor.cli.main import main
+
+
+def test_check_cli_json_passes(capsys):
+    rc = main(["check", "mixtral", "--json", "--grouping", "roles", "--no-lora", "--batch-size", "3",
+               "--seq-len", "6"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["passed"] is True
+    (check,) = out["checks"]
+    assert check["grouping"] == "roles" and check["max_rel_sum_error"] <= 1e-4
+
+
+def test_check_cli_fails_with_impossible_tolerance(capsys):
+    rc = main(["check", "olmoe", "--grouping", "dense", "--no-lora", "--batch-size", "3", "--seq-len", "6",
+               "--tolerance", "-1"])
+    assert rc == 1
+    assert "FAIL" in capsys.readouterr().out
