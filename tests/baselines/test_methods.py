@@ -102,3 +102,27 @@ def test_raptor_masking_is_not_plain_training_with_several_experts():
     diffs = [float((p - ref_params[n]).detach().abs().max()) for n, p in dp.model.named_parameters()
              if p.requires_grad and ".experts." in n]
     assert max(diffs) > 1e-4
+
+
+def test_resume_continues_ledger_and_parameters_exactly(tmp_path):
+    from raptor.accounting.ledger import PrivacyLedger
+
+    def fresh():
+        model = build_model("switch_transformers", generator=torch.Generator().manual_seed(5),
+                            size=TinySize(num_experts=4, top_k=1))
+        cfg = tiny_recipe("raptor", steps=4, batch_size=8, privacy=FIXED, optim=OptimConfig(lr=1e-3))
+        return build_trainer(cfg, model, train=DATA["train"], validation=DATA["validation"], public=DATA["public"])
+
+    full = fresh()
+    full.run_steps(4)
+    first = fresh()
+    first.run_steps(2)
+    first.save(tmp_path / "ck")
+    second = fresh()
+    second.resume(tmp_path / "ck", PrivacyLedger.from_dict)
+    assert len(second.ledger) == 2
+    second.run_steps(2)
+    assert second.ledger.to_dict() == full.ledger.to_dict()
+    assert second.epsilon_spent() == full.epsilon_spent()
+    for name, p in full.params.items():
+        assert torch.equal(second.params[name], p), name

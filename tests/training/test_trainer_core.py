@@ -20,7 +20,7 @@ SHARES = {0: [0.5, 0.3, 0.2]}
 
 
 def _trainer(records, *, steps=4, q=0.25, sigmas=(1.0, 2.0), schedule=None, denominator="public", seed=0,
-             ledger=None, optim=None, clip=1.0):
+             ledger=None, optim=None, clip=1.0, secure=False):
     model = ToyMoE()
     engine = ToyEngine(model)
     n = int(records["labels"].shape[0])
@@ -28,8 +28,8 @@ def _trainer(records, *, steps=4, q=0.25, sigmas=(1.0, 2.0), schedule=None, deno
     setup = build_stream_setup(engine.group_map.groups, grouping="roles", trained_layers=(0,), batch_size=batch,
                                shares=SHARES, denominator=denominator, clip_shared=clip, clip_experts=clip)
     plan = FixedPlan(batch / n, steps, sigmas[0], sigmas[1], 1, schedule or Schedule())
-    cfg = tiny_recipe("raptor", steps=steps, batch_size=batch, seed=seed,
-                      privacy=PrivacyConfig(epsilon=None, noise_multipliers=sigmas, secure_rng=False,
+    cfg = tiny_recipe("raptor", steps=steps, batch_size=batch, seed=None if secure else seed,
+                      privacy=PrivacyConfig(epsilon=None, noise_multipliers=sigmas, secure_rng=secure,
                                             schedule=schedule or Schedule()))
     if optim is not None:
         from dataclasses import replace
@@ -161,3 +161,40 @@ def test_zero_noise_is_reported_as_unaccounted():
     trainer = _trainer(toy_records(40), sigmas=(0.0, 0.0), steps=1)
     trainer.step()
     assert len(trainer.ledger) == 0 and math.isinf(trainer.epsilon_spent())
+
+
+def _expert_deltas(denominator, optim):
+    trainer = _trainer(toy_records(40), steps=1, sigmas=(0.5, 0.5), denominator=denominator, optim=optim)
+    before = {n: p.detach().clone() for n, p in trainer.params.items()}
+    trainer.step()
+    return {e: (trainer.params[f"experts.{e}.weight"] - before[f"experts.{e}.weight"]) for e in range(E)}
+
+
+def test_denominator_rescales_sgd_updates_but_barely_adamw():
+    # Same sample and noise draws; only n_hat differs: public B*pi_hat_e vs uniform B/E.
+    from raptor.training.config import OptimConfig
+
+    sgd = OptimConfig(name="sgd", lr=0.1, weight_decay=0.0)
+    pub, uni = _expert_deltas("public", sgd), _expert_deltas("uniform", sgd)
+    for e, share in enumerate(SHARES[0]):
+        # SGD step = -lr * sum / n_hat  =>  public / uniform = (B/E) / (B pi_e) = 1 / (E pi_e)
+        torch.testing.assert_close(pub[e], uni[e] / (E * share), rtol=1e-4, atol=1e-7)
+    adam = OptimConfig(name="adamw", lr=0.01, weight_decay=0.0)
+    pub, uni = _expert_deltas("public", adam), _expert_deltas("uniform", adam)
+    for e in range(E):
+        # AdamW's first step is lr * m / (sqrt(v) + eps) = lr * sign(g) up to eps: scale-free.
+        torch.testing.assert_close(pub[e], uni[e], rtol=1e-3, atol=1e-6)
+
+
+def test_secure_mode_runs_and_keeps_generator_state_out_of_checkpoints(tmp_path):
+    a, b = _trainer(toy_records(40), steps=2, secure=True), _trainer(toy_records(40), steps=2, secure=True)
+    assert a.config.seed is None and a.config.privacy.secure_rng
+    a.run_steps(1)
+    b.run_steps(1)
+    assert any(not torch.equal(p, b.params[n]) for n, p in a.params.items())  # independent OS-seeded noise
+    a.save(tmp_path / "ck")
+    assert not (tmp_path / "ck" / "rng.pt").exists()
+    c = _trainer(toy_records(40), steps=2, secure=True)
+    c.resume(tmp_path / "ck", ListLedger.from_dict)
+    assert c.state.step == 1 and len(c.ledger) == 1
+    c.run_steps(1)

@@ -6,34 +6,19 @@ the ledger records (None: nothing to record, the non-private baseline).
 
 * :func:`raptor.accounting.plan_budget` returns the calibrated plan for DP runs.
 * :class:`FixedPlan` takes sigmas as given (experiments, and the zero-noise equivalence tests);
-  its ledger sigma is the joint one, sigma_eff = (1/sigma_s^2 + L/sigma_e^2)^(-1/2), or the
-  single stream's for alternating phases (sigma_s, or sigma_e / sqrt(L)). Zero noise cannot be
+  its ledger sigma comes from :func:`raptor.accounting.rules.step_noise_multiplier`: the joint
+  sigma_eff = (1/sigma_s^2 + L/sigma_e^2)^(-1/2), or the single stream's for alternating phases
+  (sigma_s, or sigma_e / sqrt(L)). Zero noise cannot be
   accounted (epsilon = inf): such a plan records nothing and the run reports epsilon = inf.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raptor.accounting.rules import step_noise_multiplier
 from raptor.errors import ConfigError
 from raptor.training.config import Schedule
-
-
-def joint_sigma(sigma_shared: float | None, sigma_expert: float | None, num_layers: int) -> float:
-    """(1/sigma_s^2 + L/sigma_e^2)^(-1/2); a stream given as None is not released; 0 if any is 0."""
-    inv = 0.0
-    if sigma_shared is not None:
-        if sigma_shared == 0:
-            return 0.0
-        inv += 1.0 / sigma_shared**2
-    if sigma_expert is not None and num_layers > 0:
-        if sigma_expert == 0:
-            return 0.0
-        inv += num_layers / sigma_expert**2
-    if inv == 0.0:
-        raise ConfigError("joint_sigma: no stream is released (both sigmas None or no trained layers)")
-    return inv ** -0.5
 
 
 @dataclass(frozen=True)
@@ -62,13 +47,11 @@ class FixedPlan:
         if not self.private:
             return None
         phase = self.phase(t)
-        if phase == "joint":
-            s = joint_sigma(self.sigma_shared, self.sigma_expert, self.num_layers)
-        elif phase == "shared":
-            s = joint_sigma(self.sigma_shared, None, 0)
-        else:
-            s = joint_sigma(None, self.sigma_expert, self.num_layers)
-        return None if s == 0.0 or math.isinf(s) else s
+        released = {"joint": (self.sigma_shared, self.sigma_expert), "shared": (self.sigma_shared,),
+                    "expert": (self.sigma_expert,)}[phase]
+        if any(s == 0 for s in released if s is not None):
+            return None  # zero noise: epsilon = inf, nothing the ledger can account
+        return step_noise_multiplier(phase, self.sigma_shared, self.sigma_expert, self.num_layers)
 
     def to_dict(self) -> dict:
         return {"kind": "fixed" if self.private else "nonprivate", "sample_rate": self.sample_rate,
