@@ -124,8 +124,9 @@ def train_wordpiece(
 ):
     """Train a WordPiece tokenizer on ``public_texts`` (see the module docstring).
 
-    ``vocab_size`` is an upper bound: a small corpus may yield fewer tokens (``len(tokenizer)``
-    is the real size). Returns a ``transformers.PreTrainedTokenizerFast`` built on a
+    ``vocab_size`` is a target: a small corpus may yield fewer tokens, and the special tokens plus
+    every character of the corpus (with and without ``##``) are always kept, even beyond it
+    (``len(tokenizer)`` is the real size). Returns a ``transformers.PreTrainedTokenizerFast`` built on a
     ``tokenizers`` WordPiece model.
 
     Privacy: pass public texts only.

@@ -1,0 +1,70 @@
+"""Batches: fast path (encode once + collate) equals the reference (tokenizer pads the batch)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from raptor.data import ClassificationData, collate, encode, encode_batch, train_wordpiece
+from raptor.errors import ConfigError
+
+TEXTS = ("a charming journey", "bleak , desperate and very very long " * 4, "ok", "", "the film is slow")
+PAIRS = ("is it good ?", "no", "a much longer second sentence that will need truncating " * 3, "x", "")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_wordpiece(TEXTS + PAIRS, vocab_size=80, min_frequency=1)
+
+
+@pytest.fixture(scope="module", params=["single", "pair"])
+def data(request):
+    pairs = PAIRS if request.param == "pair" else None
+    return ClassificationData(TEXTS, (0, 1, 1, 0, 1), ("neg", "pos"), pairs, source="mem")
+
+
+@pytest.mark.parametrize("max_length", [8, 16, 512])
+@pytest.mark.parametrize("indices", [[0, 1, 2, 3, 4], [4, 2], [3], [1, 1, 0]])
+def test_fast_path_matches_reference(tokenizer, data, max_length, indices):
+    fast = collate(encode(tokenizer, data, max_length=max_length), indices)
+    slow = encode_batch(tokenizer, data, indices, max_length=max_length)
+    assert fast.keys() == slow.keys() == {"input_ids", "attention_mask", "labels"}
+    for key in fast:
+        assert fast[key].dtype == torch.long
+        assert torch.equal(fast[key], slow[key]), key
+
+
+def test_shapes_padding_and_truncation(tokenizer, data):
+    batch = collate(encode(tokenizer, data, max_length=8), range(len(data)))
+    ids_BT, mask_BT = batch["input_ids"], batch["attention_mask"]
+    assert ids_BT.shape == mask_BT.shape and ids_BT.shape[0] == 5 and ids_BT.shape[1] <= 8
+    assert batch["labels"].tolist() == [0, 1, 1, 0, 1]
+    lengths = mask_BT.sum(dim=1)
+    for b in range(5):
+        n = int(lengths[b])
+        assert mask_BT[b, :n].eq(1).all() and mask_BT[b, n:].eq(0).all()  # right padding
+        assert ids_BT[b, n:].eq(0).all()  # pad id 0
+        assert ids_BT[b, 0] == 2 and ids_BT[b, n - 1] == 3  # [CLS] ... [SEP]
+        assert (ids_BT[b, :n] == 3).sum() == (2 if data.is_pair else 1)  # pairs are encoded as pairs
+    assert int(lengths.max()) == 8  # the long records were truncated to max_length
+
+
+def test_empty_batch(tokenizer, data):
+    batch = collate(encode(tokenizer, data, max_length=16), [])
+    assert batch["input_ids"].shape == (0, 0) and batch["labels"].shape == (0,)
+    ref = encode_batch(tokenizer, data, [], max_length=16)
+    assert ref["input_ids"].shape == (0, 0)
+
+
+def test_max_length_too_small(tokenizer, data):
+    with pytest.raises(ConfigError, match="max_length must be an integer >="):
+        encode(tokenizer, data, max_length=2)
+
+
+def test_tokenizer_without_pad(tokenizer, data):
+    from copy import deepcopy
+
+    nopad = deepcopy(tokenizer)
+    nopad.pad_token = None
+    with pytest.raises(ConfigError, match="no pad token"):
+        encode(nopad, data, max_length=16)

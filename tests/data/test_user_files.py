@@ -1,0 +1,210 @@
+"""User CSV / TSV / JSON Lines files (run_glue.py style): formats, label sets, every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raptor.data import load_glue_dir, load_user_files
+from raptor.errors import DataError
+
+
+def jsonl(*objs) -> str:
+    return "".join(json.dumps(o) + "\n" for o in objs)
+
+
+# --------------------------------------------------------------------------------------------
+# Formats and label sets
+# --------------------------------------------------------------------------------------------
+
+
+def test_csv_with_quotes_and_string_labels(write):
+    train = write("train.csv", 'text,label\n"good, really",pos\nbad,neg\n"multi\nline",pos\n')
+    dev = write("dev.csv", "text,label\nfine,pos\n")
+    splits = load_user_files(train, dev, text_columns=["text"])
+    assert splits.train.texts == ("good, really", "bad", "multi\nline")
+    assert splits.train.label_names == ("neg", "pos")  # sorted
+    assert splits.train.labels == (1, 0, 1)
+    assert splits.validation.labels == (1,)
+
+
+def test_tsv_is_quote_none(write):
+    train = write("train.tsv", 'sentence\tlabel\nhe said " hi\t1\n" quoted "\t0\n')
+    splits = load_user_files(train)
+    assert splits.train.texts == ('he said " hi', '" quoted "')
+
+
+def test_jsonl_int_labels_sorted_numerically(write):
+    train = write("train.jsonl", jsonl({"sentence1": "a", "sentence2": "b", "label": 10},
+                                       {"sentence1": "c", "sentence2": "d", "label": 2},
+                                       {"sentence1": "e", "sentence2": "f", "label": 2}))
+    splits = load_user_files(train)  # default columns: sentence1, sentence2
+    assert splits.train.is_pair
+    assert splits.train.label_names == ("2", "10")
+    assert splits.train.labels == (1, 0, 0)
+    assert splits.train.text_pairs == ("b", "d", "f")
+
+
+def test_csv_integer_strings_sorted_numerically(write):
+    train = write("train.csv", "sentence,label\na,10\nb,9\nc,9\n")
+    assert load_user_files(train).train.label_names == ("9", "10")
+
+
+def test_task_fixes_labels_and_accepts_names(write):
+    train = write("train.jsonl", jsonl({"p": "a", "h": "b", "y": "entailment"}, {"p": "c", "h": "d", "y": "not_entailment"}))
+    splits = load_user_files(train, text_columns=["p", "h"], label_column="y", task="rte")
+    assert splits.train.labels == (0, 1)
+    assert splits.train.label_names == ("entailment", "not_entailment")
+    sst = write("sst.csv", "sentence,label\na,positive\nb,0\n")
+    assert load_user_files(sst, task="sst2").train.labels == (1, 0)
+
+
+def test_fixed_label_names(write):
+    train = write("train.csv", "sentence,label\na,yes\nb,yes\n")
+    splits = load_user_files(train, label_names=["no", "yes"])
+    assert splits.train.labels == (1, 1)
+
+
+def test_real_glue_files_through_the_user_loader(glue_dir):
+    """The real RTE / MRPC / SST-2 TSVs read as user files give what the GLUE loader gives."""
+    rte = load_user_files(glue_dir / "RTE" / "train.tsv", glue_dir / "RTE" / "dev.tsv",
+                          text_columns=["sentence1", "sentence2"], task="rte")
+    ref = load_glue_dir(glue_dir, "rte")
+    assert rte.train == type(rte.train)(ref.train.texts, ref.train.labels, ref.train.label_names,
+                                        ref.train.text_pairs, source=rte.train.source)
+    assert rte.validation.labels == ref.validation.labels
+    mrpc = load_user_files(glue_dir / "MRPC" / "dev.tsv", text_columns=["#1 String", "#2 String"],
+                           label_column="Quality")
+    assert mrpc.train.label_names == ("0", "1")
+    assert mrpc.train.labels == load_glue_dir(glue_dir, "mrpc").validation.labels
+    sst = load_user_files(glue_dir / "SST-2" / "dev.tsv")
+    assert len(sst.train) == 872
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input
+# --------------------------------------------------------------------------------------------
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match=r"train.csv: file not found"):
+        load_user_files(tmp_path / "train.csv")
+
+
+def test_missing_validation_file(tmp_path, write):
+    train = write("train.csv", "sentence,label\na,0\nb,1\n")
+    with pytest.raises(DataError, match=r"dev.csv: file not found"):
+        load_user_files(train, tmp_path / "dev.csv")
+
+
+def test_missing_text_column(write):
+    train = write("train.csv", "sentence,label\na,0\nb,1\n")
+    with pytest.raises(DataError, match=r"train.csv: missing text column 'review'; the header has 'sentence', 'label'"):
+        load_user_files(train, text_columns=["review"])
+
+
+def test_missing_label_column(write):
+    train = write("train.csv", "sentence,y\na,0\nb,1\n")
+    with pytest.raises(DataError, match=r"train.csv: missing label column 'label'"):
+        load_user_files(train)
+
+
+def test_missing_key_in_a_later_jsonl_line(write):
+    train = write("train.jsonl", jsonl({"sentence": "a", "label": 0}, {"sentence": "b"}))
+    with pytest.raises(DataError, match=r"train.jsonl: line 2: missing label column 'label'"):
+        load_user_files(train)
+
+
+def test_no_default_text_column(write):
+    train = write("train.csv", "review,label\na,0\nb,1\n")
+    with pytest.raises(DataError, match=r"no --text-column given.*pass --text-column NAME"):
+        load_user_files(train)
+
+
+def test_unknown_validation_label(write):
+    train = write("train.csv", "sentence,label\na,neg\nb,pos\n")
+    dev = write("dev.csv", "sentence,label\nc,pos\nd,neutral\n")
+    with pytest.raises(DataError, match=r"dev.csv: line 3: unknown label 'neutral' in column 'label'; "
+                                        r"expected one of the train file's labels \['neg', 'pos'\]"):
+        load_user_files(train, dev)
+
+
+def test_unknown_label_for_task(write):
+    train = write("train.jsonl", jsonl({"sentence": "a", "label": 0}, {"sentence": "b", "label": 3}))
+    with pytest.raises(DataError, match=r"train.jsonl: line 2: unknown label '3'.*task sst2"):
+        load_user_files(train, task="sst2")
+
+
+def test_single_label_value(write):
+    train = write("train.csv", "sentence,label\na,1\nb,1\n")
+    with pytest.raises(DataError, match=r"single label value '1'"):
+        load_user_files(train)
+
+
+@pytest.mark.parametrize("name, content", [
+    ("train.csv", ""),
+    ("train.csv", "sentence,label\n"),
+    ("train.tsv", "\n"),
+    ("train.jsonl", "\n  \n"),
+])
+def test_empty_file(write, name, content):
+    with pytest.raises(DataError, match=rf"{name}: file is empty"):
+        load_user_files(write(name, content))
+
+
+@pytest.mark.parametrize("name, line", [("train.csv", 3), ("train.jsonl", 2)])
+def test_undecodable_bytes(write, name, line):
+    body = b"sentence,label\nok,1\nna\xefve,0\n" if name.endswith("csv") else \
+        b'{"sentence": "ok", "label": 1}\n{"sentence": "na\xefve", "label": 0}\n'
+    offset = body.index(b"\xef")
+    with pytest.raises(DataError, match=rf"{name}: line {line}: undecodable bytes .* at byte offset {offset}"):
+        load_user_files(write(name, body))
+
+
+def test_pair_task_given_one_column(write):
+    train = write("train.csv", "sentence1,sentence2,label\na,b,0\n")
+    with pytest.raises(DataError, match=r"task mrpc takes sentence pairs but one --text-column \('sentence1'\).*"
+                                        r"--text-column sentence1 sentence2"):
+        load_user_files(train, text_columns=["sentence1"], task="mrpc")
+
+
+def test_single_task_given_two_columns(write):
+    train = write("train.csv", "a,b,label\nx,y,0\n")
+    with pytest.raises(DataError, match=r"task sst2 takes single sentences"):
+        load_user_files(train, text_columns=["a", "b"], task="sst2")
+
+
+def test_three_text_columns(write):
+    train = write("train.csv", "a,b,c,label\nx,y,z,0\n")
+    with pytest.raises(DataError, match=r"one or two column names, got 3"):
+        load_user_files(train, text_columns=["a", "b", "c"])
+
+
+def test_bad_json_line(write):
+    train = write("train.jsonl", '{"sentence": "a", "label": 0}\n{"sentence": "b", label: 1}\n')
+    with pytest.raises(DataError, match=r"train.jsonl: line 2, column 19: invalid JSON"):
+        load_user_files(train)
+
+
+def test_float_label_rejected(write):
+    train = write("train.jsonl", jsonl({"sentence": "a", "label": 0.5}))
+    with pytest.raises(DataError, match=r"line 1: label 0.5 .*regression targets are not supported"):
+        load_user_files(train)
+
+
+def test_non_string_text(write):
+    train = write("train.jsonl", jsonl({"sentence": 3, "label": 0}))
+    with pytest.raises(DataError, match=r"line 1: text column 'sentence' holds int 3; expected a string"):
+        load_user_files(train)
+
+
+def test_unknown_suffix(write):
+    with pytest.raises(DataError, match=r"data.txt: unknown file type '.txt'"):
+        load_user_files(write("data.txt", "sentence,label\na,0\n"))
+
+
+def test_wrong_field_count_csv(write):
+    train = write("train.csv", "sentence,label\na,0\nb,1,extra\n")
+    with pytest.raises(DataError, match=r"train.csv: line 3: expected 2 comma-separated fields"):
+        load_user_files(train)
