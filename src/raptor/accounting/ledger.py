@@ -22,7 +22,6 @@ Privacy: the ledger holds (q, sigma, count, label) only, never a statistic of th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import dp_accounting
@@ -163,14 +162,14 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, d: dict) -> PrivacyLedger:
-        """Rebuild a ledger saved by :meth:`to_dict` (e.g. from a checkpoint)."""
+        """Rebuild a ledger saved by :meth:`to_dict` (e.g. from a checkpoint).
+
+        The stored ``value_discretization_interval`` is informational: queries always use this
+        version's grid (any pessimistic grid gives a valid upper bound).
+        """
         if not isinstance(d, dict) or d.get("format") != LEDGER_FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise ConfigError(f"not a privacy ledger: format={got!r}, expected {LEDGER_FORMAT!r}.")
-        vdi = d.get("value_discretization_interval", VALUE_DISCRETIZATION_INTERVAL)
-        if d.get("accountant") == "pld" and not math.isclose(vdi, VALUE_DISCRETIZATION_INTERVAL):
-            raise ConfigError(f"ledger was written with PLD discretisation {vdi}, this raptor uses "
-                              f"{VALUE_DISCRETIZATION_INTERVAL}; re-account it with a matching raptor version.")
         ledger = cls(accountant=d.get("accountant", "pld"), adjacency=d.get("adjacency", "add-remove"))
         for item in d.get("executed", []):
             run = EventRun.from_dict(item)

@@ -343,25 +343,31 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
         if accountant == "pld":
             # warm start: RDP is a looser bound, so its noise is a little above the PLD answer
             rdp_f = make_f(VALUE_DISCRETIZATION_INTERVAL, "rdp")
-            m_rdp, _ = _search(rdp_f, target, 1.0, 2.0, WARM_START_RTOL, None)
-            m, _ = _search(make_f(COARSE_DISCRETIZATION_INTERVAL), target, m_rdp, 1.1, COARSE_RTOL, None)
+            try:
+                m_rdp, _ = _search(rdp_f, target, 1.0, 2.0, WARM_START_RTOL, None)
+            except (_TooTight, _TooLoose) as edge:  # let the primary accountant decide feasibility
+                m_rdp = edge.m
+            try:
+                m, _ = _search(make_f(COARSE_DISCRETIZATION_INTERVAL), target, m_rdp, 1.1, COARSE_RTOL, None)
+            except _TooTight as tight:  # the coarse grid is loose at tiny epsilon: let the fine grid decide
+                m = tight.m
             try:
                 m, _ = _search(make_f(VALUE_DISCRETIZATION_INTERVAL), target, m, 1.02, FINE_RTOL,
                                MAX_FINE_EVALUATIONS)
             except _TooLoose as loose:  # the fine grid allows even less noise than SIGMA_MIN: keep SIGMA_MIN
                 m = loose.m
         else:
-            m, _ = _search(make_f(VALUE_DISCRETIZATION_INTERVAL), target, 1.0, 4.0, RDP_RTOL, None)
+            m, _ = _search(make_f(VALUE_DISCRETIZATION_INTERVAL), target, 1.0, 2.0, RDP_RTOL, None)
     except _TooTight as err:
         raise InfeasibleTargetError(
-            f"epsilon={target:g} is out of reach: even noise multiplier {err.m:g} (the largest this planner "
-            f"tries) spends epsilon={err.eps:.4g} with {what}. Raise epsilon, or lower the number of steps or "
+            f"epsilon={target:g} is out of reach: even a step noise multiplier sigma_eff={err.m:g} (the "
+            f"largest this planner tries) spends epsilon={err.eps:.4g} with {what}. Raise epsilon, or lower the number of steps or "
             "the batch size."
         ) from None
     except _TooLoose as err:
         raise InfeasibleTargetError(
-            f"epsilon={target:g} is so loose that noise multiplier {err.m:g} (the smallest this planner tries) "
-            f"already meets it (epsilon={err.eps:.4g}) with {what}; less noise gives essentially no privacy. "
+            f"epsilon={target:g} is so loose that a step noise multiplier sigma_eff={err.m:g} (the smallest this "
+            f"planner tries) already meets it (epsilon={err.eps:.4g}) with {what}; less noise gives essentially no privacy. "
             "Lower epsilon (typical budgets are 1 to 10), or train without DP."
         ) from None
 

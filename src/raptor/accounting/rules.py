@@ -80,7 +80,9 @@ def split_noise_multiplier(sigma_eff: float, shared_ratio: float, num_layers: in
         raise ConfigError(f"shared_ratio={shared_ratio!r} must be in (0, 1) when both streams are released; "
                           "to release one stream only, drop the other from streams.")
     sigma_s = sigma_eff / math.sqrt(shared_ratio)
-    sigma_e = sigma_eff * math.sqrt(num_layers / (1.0 - shared_ratio))
+    # written so that sigma_e / sqrt(L), the expert-only step's noise, is computed as
+    # (sigma_eff / sqrt(1 - r)) * sqrt(L) / sqrt(L): for r = 1/2 and L = 1 it equals sigma_s bit for bit
+    sigma_e = sigma_eff / math.sqrt(1.0 - shared_ratio) * math.sqrt(num_layers)
     return sigma_s, sigma_e
 
 
