@@ -126,3 +126,16 @@ def test_resume_continues_ledger_and_parameters_exactly(tmp_path):
     assert second.epsilon_spent() == full.epsilon_spent()
     for name, p in full.params.items():
         assert torch.equal(second.params[name], p), name
+
+
+def test_median_ratio_clip_norms_come_from_public_norms():
+    priv = PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False, clip_rule="median-ratio",
+                         clip_expert=2.0)
+    model = build_model("switch_transformers", generator=torch.Generator().manual_seed(5),
+                        size=TinySize(num_experts=4, top_k=1))
+    cfg = tiny_recipe("raptor", steps=1, batch_size=8, privacy=priv, layers=(1,))
+    trainer = build_trainer(cfg, model, train=DATA["train"], validation=None, public=DATA["public"])
+    clips = {str(r.key): r.clip_norm for r in trainer.setup.releases if r.key.is_expert}
+    assert len(clips) == 4 and len(set(clips.values())) > 1
+    assert sorted(clips.values())[1] <= 2.0 <= sorted(clips.values())[2] or 2.0 in clips.values()
+    trainer.run_steps(1)

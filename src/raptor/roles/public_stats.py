@@ -113,7 +113,7 @@ def chi2_to_uniform(shares_E: torch.Tensor) -> float:
 def denominators(batch_size: float, shares_E: torch.Tensor, kind: str = "public") -> torch.Tensor:
     """n_hat_e per expert: B pi_hat_e ("public") or B / E ("uniform"), float64 [E].
 
-    Privacy: B and pi_hat are public; nothing here sees the realized batch.
+    Privacy: public corpus only (B and pi_hat are public; nothing here sees the realized batch).
     """
     p = torch.as_tensor(shares_E, dtype=torch.float64)
     if kind == "public":
@@ -181,7 +181,7 @@ def noise_variance(
 ) -> torch.Tensor:
     """sigma_e^2 C_e^2 d_e / n_hat_e^2 per expert: the total noise variance of each expert's update.
 
-    Privacy: inputs are public (plan, clip norms, parameter counts, public denominators).
+    Privacy: public corpus only (plan, clip norms, parameter counts, public denominators).
     """
     n = torch.as_tensor(denominators_E, dtype=torch.float64)
     c = torch.as_tensor(clip_norms_E, dtype=torch.float64)

@@ -12,7 +12,9 @@ One update t (METHOD.md, "One update"):
    optimizers of the phase.
 
 Nothing branches on or scales by |S_t| or realized owner counts, and no statistic of the private
-batch is shown, logged or saved. In particular the TRAINING LOSS is not displayed: the loss on a
+batch is shown, logged or saved. (The number of micro-batches, hence the step's wall time,
+grows with |S_t|, as in every DP-SGD implementation; timing side channels are outside the
+threat model, and seconds/step is reported only as an average over the run.) In particular the TRAINING LOSS is not displayed: the loss on a
 private batch is itself a private statistic. The progress bar shows the dev accuracy measured at
 evaluation points (validation split, natural routing) and the epsilon spent so far.
 
