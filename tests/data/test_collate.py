@@ -56,6 +56,19 @@ def test_empty_batch(tokenizer, data):
     assert ref["input_ids"].shape == (0, 0)
 
 
+def test_pad_to_fixed_width(tokenizer, data):
+    enc = encode(tokenizer, data, max_length=16)
+    fixed = collate(enc, [2, 0], pad_to=16)
+    natural = collate(enc, [2, 0])
+    T = natural["input_ids"].shape[1]
+    assert fixed["input_ids"].shape == (2, 16)
+    assert torch.equal(fixed["input_ids"][:, :T], natural["input_ids"])
+    assert fixed["input_ids"][:, T:].eq(0).all() and fixed["attention_mask"][:, T:].eq(0).all()
+    assert collate(enc, [], pad_to=16)["input_ids"].shape == (0, 16)
+    with pytest.raises(ConfigError, match="pad_to"):
+        collate(enc, [0], pad_to=8)
+
+
 def test_max_length_too_small(tokenizer, data):
     with pytest.raises(ConfigError, match="max_length must be an integer >="):
         encode(tokenizer, data, max_length=2)

@@ -9,8 +9,10 @@ Two paths that give identical batches (a test checks it):
 - reference: :func:`encode_batch` calls the tokenizer on the batch's texts with
   ``padding="longest"``, ``padding_side="right"`` and ``return_tensors="pt"``.
 
-Padding is on the right and the mask is 1 on real tokens, 0 on padding. An empty batch gives
-``input_ids`` and ``attention_mask`` of shape ``[0, 0]`` and ``labels`` of shape ``[0]``.
+Padding is on the right and the mask is 1 on real tokens, 0 on padding. ``collate(...,
+pad_to=max_length)`` pads to a fixed width instead of the longest record. An empty batch gives
+``input_ids`` and ``attention_mask`` of shape ``[0, 0]`` (``[0, pad_to]`` with ``pad_to``) and
+``labels`` of shape ``[0]``.
 
 Legend of shape suffixes: B records in the batch, T tokens (the longest record in the batch).
 """
@@ -68,10 +70,18 @@ def encode(tokenizer, data: ClassificationData, *, max_length: int) -> EncodedDa
     return EncodedData(ids, data.labels, pad_id, max_length)
 
 
-def collate(encoded: EncodedData, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-    """The batch of records ``indices``, right-padded to the longest one."""
+def collate(encoded: EncodedData, indices: Sequence[int], *, pad_to: int | None = None) -> dict[str, torch.Tensor]:
+    """The batch of records ``indices``, right-padded to the longest one, or to ``pad_to`` tokens.
+
+    Privacy: the batch width ``T`` is the longest record's length unless ``pad_to`` is given; pass
+    ``pad_to=encoded.max_length`` when the width must not depend on private records.
+    """
     rows = [encoded.input_ids[int(i)] for i in indices]
     T = max((len(r) for r in rows), default=0)
+    if pad_to is not None:
+        if pad_to < encoded.max_length:
+            raise ConfigError(f"pad_to ({pad_to}) must be >= the encoding's max_length ({encoded.max_length})")
+        T = pad_to
     input_ids_BT = torch.full((len(rows), T), encoded.pad_token_id, dtype=torch.long)
     attention_mask_BT = torch.zeros((len(rows), T), dtype=torch.long)
     for b, row in enumerate(rows):
