@@ -139,3 +139,13 @@ def test_median_ratio_clip_norms_come_from_public_norms():
     assert len(clips) == 4 and len(set(clips.values())) > 1
     assert sorted(clips.values())[1] <= 2.0 <= sorted(clips.values())[2] or 2.0 in clips.values()
     trainer.run_steps(1)
+
+
+@pytest.mark.parametrize("family", ["olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"])
+def test_raptor_trains_every_family(family):
+    model = build_model(family, generator=torch.Generator().manual_seed(5))
+    trainer = build_trainer(tiny_recipe("raptor", steps=1, batch_size=8, privacy=FIXED), model,
+                            train=DATA["train"], validation=DATA["validation"], public=DATA["public"])
+    res = trainer.fit(progress=False)
+    assert res["steps"] == 1 and len(trainer.ledger) == 1
+    assert {g["stream"] for g in res["streams"]["groups"].values()} == {"shared", "expert"}
