@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -433,6 +434,20 @@ def report_table(results: Sequence[dict]) -> str:
     return _common.format_table(rows, cols)
 
 
+def _engine_revision() -> dict:
+    """The commit and whether the engine's sources differ from it (the benchmark measures the working tree)."""
+    import subprocess
+
+    root = _HERE.parent
+
+    def git(*args: str) -> str | None:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--", "src/raptor/per_sample", "src/raptor/moe", "src/raptor/roles")
+    return {"commit": git("rev-parse", "HEAD"), "engine_sources_modified": None if status is None else bool(status)}
+
+
 def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeout: float = 600.0,
                   log: Callable[[str], None] = print) -> dict:
     """Run every configuration (each in a fresh subprocess unless ``in_process``) and collect the JSON."""
@@ -462,7 +477,9 @@ def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeou
         "threads": configs[0].threads if configs else None,
         "in_process": in_process,
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "machine": platform.machine(), "processor": platform.processor()},
+                        "machine": platform.machine(), "processor": platform.processor(),
+                        "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                        **_engine_revision()},
         "results": results,
     }
 
