@@ -8,8 +8,11 @@ Ledger: the median time of ``record`` (one release) and of ``epsilon(delta)`` ri
 release (a progress bar asking every step: each query is a new composition, the single-release
 PLD is cached), and of ``check_can_record`` on a ledger that carries its plan.
 
+With ``--agreement``: epsilon from raptor's PLD and RDP against Opacus's ``PRVAccountant`` and
+``RDPAccountant`` on a few settings (relative differences).
+
 Writes JSON (default ``benchmarks/results/calibration_speed.json``) and prints a table.
-Run: ``.venv/bin/python benchmarks/calibration_speed.py [--reps 3] [--out PATH]``.
+Run: ``.venv/bin/python benchmarks/calibration_speed.py [--reps 3] [--agreement] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -98,10 +101,44 @@ def time_ledger(steps: int = 40) -> dict:
             "check_can_record_with_plan": _summary(check[1:])}
 
 
+AGREEMENT_SETTINGS = [  # q, sigma, T, delta (the tests assert these agreements)
+    (0.01, 0.7428, 1000, 1e-5),
+    (1024 / 67349, 0.8, 198, 1e-6),
+    (1024 / 67349, 0.5754, 198, 1e-6),
+    (256 / 50000, 1.1, 3000, 1e-5),
+    (0.1, 2.0, 100, 1e-5),
+    (1.0, 4.0, 10, 1e-5),
+]
+
+
+def agreement() -> list[dict]:
+    """epsilon from raptor (PLD, RDP) against Opacus's RDPAccountant and PRVAccountant (eps_error 0.01)."""
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    rows = []
+    for q, sigma, steps, delta in AGREEMENT_SETTINGS:
+        counts = (((q, sigma), steps),)
+        o_rdp, o_prv = RDPAccountant(), PRVAccountant()
+        o_rdp.history = [(sigma, q, steps)]
+        o_prv.history = [(sigma, q, steps)]
+        row = {"q": q, "sigma": sigma, "steps": steps, "delta": delta,
+               "raptor_pld": acc.epsilon_of(counts, delta), "raptor_rdp": acc.epsilon_of(counts, delta, accountant="rdp"),
+               "opacus_rdp": o_rdp.get_epsilon(delta), "opacus_prv": o_prv.get_epsilon(delta, eps_error=0.01)}
+        row["pld_vs_prv"] = row["raptor_pld"] / row["opacus_prv"] - 1
+        row["rdp_vs_opacus_rdp"] = row["raptor_rdp"] / row["opacus_rdp"] - 1
+        rows.append(row)
+        print(f"q={q:.5g} sigma={sigma:g} T={steps} delta={delta:g}: raptor PLD {row['raptor_pld']:.4f} | Opacus PRV "
+              f"{row['opacus_prv']:.4f} ({row['pld_vs_prv']:+.2%}) | raptor RDP {row['raptor_rdp']:.4f} | Opacus RDP "
+              f"{row['opacus_rdp']:.4f} ({row['rdp_vs_opacus_rdp']:+.2%})")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     p.add_argument("--reps", type=int, default=3, help="cold calibrations per configuration (default 3)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    p.add_argument("--agreement", action="store_true",
+                   help="also compare epsilon with Opacus's RDP and PRV accountants (needs opacus)")
     args = p.parse_args(argv)
     rows = []
     for name, kwargs in CONFIGS:
@@ -114,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ledger record: median {ledger['record']['median_s'] * 1e6:.1f} us; epsilon after each step: median "
           f"{ledger['epsilon_after_each_step']['median_s'] * 1e3:.1f} ms; check_can_record (with plan): median "
           f"{ledger['check_can_record_with_plan']['median_s'] * 1e6:.1f} us")
-    result = {"benchmark": "calibration_speed", "budget_s": BUDGET_S, "reps": args.reps,
+    rows_agreement = agreement() if args.agreement else None
+    result = {"benchmark": "calibration_speed", "agreement_with_opacus": rows_agreement, "budget_s": BUDGET_S, "reps": args.reps,
               "python": platform.python_version(), "machine": platform.machine(), "plans": rows, "ledger": ledger}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))

@@ -171,3 +171,39 @@ def test_plan_to_dict_is_json_safe(sst2_plan):
     assert d["sigma_shared"] == sst2_plan.sigma_shared and d["steps"] == 198
     assert d["planned_runs"] == [{"sample_rate": sst2_plan.sample_rate, "noise_multiplier": sst2_plan.sigma_eff,
                                   "count": 198, "label": "joint"}]
+
+
+def _bisect(f, target, lo, hi, iters=200):
+    """Slow, obviously-correct reference: plain bisection keeping f(hi) <= target."""
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if f(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@pytest.mark.parametrize("f,target", [
+    (lambda m: 5.0 / m**1.7, 2.0),
+    (lambda m: math.exp(3.0 / m) - 1.0, 0.7),
+    (lambda m: math.inf if m < 0.9 else 1.0 / (m - 0.8), 4.0),  # infinite epsilon below 0.9
+])
+def test_search_matches_plain_bisection(f, target):
+    from raptor.accounting.planning import SIGMA_MIN, _search
+
+    m, fm = _search(f, target, 1.0, 2.0, 1e-9, None)
+    ref = _bisect(f, target, SIGMA_MIN, SIGMA_MAX)
+    assert fm == f(m) <= target  # safe side
+    assert m == pytest.approx(ref, rel=1e-6)
+
+
+def test_search_reports_both_infeasible_ends():
+    from raptor.accounting.planning import SIGMA_MIN, _search, _TooLoose, _TooTight
+
+    with pytest.raises(_TooTight) as tight:
+        _search(lambda m: 1.0 / m, 1e-4, 1.0, 4.0, 1e-3, None)
+    assert tight.value.m == SIGMA_MAX
+    with pytest.raises(_TooLoose) as loose:
+        _search(lambda m: 1.0 / m, 100.0, 1.0, 4.0, 1e-3, None)
+    assert loose.value.m == SIGMA_MIN

@@ -62,7 +62,7 @@ _RELATION = {"add-remove": NeighboringRelation.ADD_OR_REMOVE_ONE,
 Counts = tuple[tuple[tuple[float, float], int], ...]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def single_release_pld(sample_rate: float, noise_multiplier: float, adjacency: str,
                        value_discretization_interval: float) -> pld_lib.PrivacyLossDistribution:
     """PLD of one Poisson-subsampled Gaussian release (cached; PLD objects are immutable)."""

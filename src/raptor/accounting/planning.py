@@ -255,13 +255,16 @@ def _search(f: Callable[[float], float], target: float, start: float, factor: fl
             hi, f_hi = m, fm
     # Illinois iteration on x = log m, y = log f - log target; y(lo) > 0 >= y(hi).
     x_lo, x_hi = math.log(lo), math.log(hi)
-    y_lo = math.log(f_lo) - math.log(target)
+    y_lo = math.log(f_lo) - math.log(target) if math.isfinite(f_lo) else math.inf
     y_hi = math.log(max(f_hi, 1e-300)) - math.log(target)
     side = 0
     while not done(f_hi) and x_hi - x_lo > 1e-6:
         width = x_hi - x_lo
-        x = x_hi - y_hi * (x_hi - x_lo) / (y_hi - y_lo)
-        x = min(max(x, x_lo + 0.02 * width), x_hi - 0.02 * width)
+        if math.isfinite(y_lo):
+            x = x_hi - y_hi * (x_hi - x_lo) / (y_hi - y_lo)
+            x = min(max(x, x_lo + 0.02 * width), x_hi - 0.02 * width)
+        else:  # an infinite epsilon at the low end: bisect
+            x = x_lo + 0.5 * width
         fm = ev(math.exp(x))
         y = math.log(max(fm, 1e-300)) - math.log(target)
         if fm <= target:
