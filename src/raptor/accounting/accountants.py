@@ -27,10 +27,10 @@ Adjacency (each record's clipped contribution has norm <= C, in units of C):
     with sensitivity 2, i.e. noise multiplier sigma/2).
   - RDP has no replace-one model for Poisson-subsampled Gaussians in dp_accounting. We go through
     the record-removed dataset D0 = D minus x: M(D) vs M(D0) and M(D0) vs M(D') are both add/remove
-    pairs, and Mironov's weak triangle inequality (RDP paper, Prop. 11, p = q = 2) gives, for the
-    whole composition, R_replace(a) <= (a - 1/2)/(a - 1) * R(2a) + R(2a - 1) with R the add/remove
-    RDP (which bounds both directions for the sampled Gaussian). This is a valid upper bound,
-    looser than the PLD figure.
+    pairs, and Mironov's weak triangle inequality (Renyi DP, 2017, Prop. 11 with exponents 2 and 2)
+    gives, for the whole (adaptive) composition, R_replace(a) <= (a - 1/2)/(a - 1) * R(2a) + R(2a - 1)
+    with R the composed add/remove RDP, which bounds both directions of the sampled Gaussian pair
+    (Mironov, Talwar & Zhang 2019). This is a valid upper bound, looser than the PLD figure.
 
 Privacy: only (q, sigma, count) enter; no private statistic.
 """

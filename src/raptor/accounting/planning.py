@@ -32,11 +32,12 @@ Calibration
 
 Infeasible targets raise :class:`~raptor.errors.InfeasibleTargetError`:
     * too tight: even m = SIGMA_MAX (1000) spends more than epsilon;
-    * too loose: m = SIGMA_MIN (0.3) already meets epsilon. Below 0.3 a subsampled Gaussian gives
-      essentially no protection (epsilon in the tens or more) and PLD accounting becomes slow and
-      fragile, so we refuse instead of returning a near-non-private plan.
+    * too loose: m = SIGMA_MIN (0.3) already meets epsilon. At a noise multiplier below 0.3 a
+      record that is sampled is nearly exposed (the unsampled Gaussian alone has epsilon > 15 at
+      delta = 1e-6), and PLD accounting becomes slow, so we refuse rather than return a plan whose
+      protection rests on the sampling alone.
 
-Default delta: the largest power of ten <= 1/(N ln N) (N >= 3; 0.1 at most), strictly below 1/N.
+Default delta: the largest power of ten <= 1/(N max(ln N, 1)), at most 0.1: strictly below 1/N.
 A delta >= 1/N is refused: it allows mechanisms that publish a record outright.
 
 Privacy: uses only public quantities (N, B, T, L, r, epsilon, delta).
