@@ -65,3 +65,13 @@ def test_inspect_prints_table_and_json(files, capsys):
     best = max(d["layers"], key=lambda s: (s["entropy"], s["layer"]))
     assert d["chosen"] == [best["layer"]]
     assert all(s["mean_noise_variance"] > 0 for s in d["layers"])
+
+
+def test_nonprivate_results_are_strict_json(files, tmp_path):
+    out = tmp_path / "np"
+    assert main(["train", "--method", "nonprivate", "--train-file", str(files / "train.tsv"), "--public-size", "20",
+                 "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--batch-size", "16",
+                 "--steps", "1", "--seed", "0", "--output-dir", str(out), "--no-progress"]) == 0
+    text = (out / "results.json").read_text()
+    res = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert res["epsilon"] == "inf" and res["final_accuracy"] is None  # no validation file given

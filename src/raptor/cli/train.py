@@ -229,12 +229,24 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model, "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
     })
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=_json_default) + "\n")
+    (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
+                                                 allow_nan=False) + "\n")
     eps = results["epsilon"]
     print(f"dev accuracy {results['final_accuracy']}, epsilon {eps:.4g} at delta {results['delta']}"
           if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
     print(f"wrote {out / 'results.json'}")
     return 0
+
+
+def _finite(obj):
+    """Strict JSON: non-finite floats (epsilon of a non-private run, infinite clip norms) become "inf"."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _json_default(obj):
