@@ -90,3 +90,9 @@ def test_plan_bad_values_exit_2(capsys, extra, match):
     assert main(PLAN + extra) == 2
     err = capsys.readouterr().err
     assert err.startswith("raptor plan: error:") and match in err
+
+
+def test_plan_text_alternate_shows_the_phase_sigmas(capsys):
+    assert main(PLAN + ["--alternate", "2:1", "--layers", "2", "--shared-ratio", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "alternate 2:1" in out and "shared-only steps sigma_s" in out and "sigma_e/sqrt(L)" in out

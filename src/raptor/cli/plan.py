@@ -56,6 +56,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"sigma_s   = {plan.sigma_shared:.6g}")
     print(f"sigma_e   = {plan.sigma_expert:.6g}")
     print(f"sigma_eff = {plan.sigma_eff:.6g}  (L = {plan.num_layers}, r = {plan.shared_ratio:g}, {schedule})")
+    if plan.alternate is not None:
+        print(f"            alternating steps release one stream: shared-only steps sigma_s = "
+              f"{plan.noise_multiplier_for_step(0):.6g}, expert-only steps sigma_e/sqrt(L) = "
+              f"{plan.noise_multiplier_for_step(plan.alternate[0]):.6g}")
     print(f"q         = {plan.sample_rate:.6g}  (B = {plan.batch_size}, N = {plan.dataset_size})")
     print(f"T         = {plan.steps}")
     print(f"epsilon   = {plan.epsilon:.4f}  (target {plan.target_epsilon:g}, {plan.accountant}, {plan.adjacency})")
