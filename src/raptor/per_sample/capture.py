@@ -58,6 +58,8 @@ class Use:
     g: torch.Tensor | None = None  # [n, d_out] after the backward
     per_record: torch.Tensor | None = None  # [B, *shape] materialised directly (table)
     pad_id: int | None = None  # embedding padding_idx (rows with this id get no gradient)
+    expert: torch.Tensor | None = None  # grouped: expert slot of each kept row (rows sorted by expert, record)
+    slot_groups: torch.Tensor | None = None  # grouped: group index of each expert slot [E]
 
     def set_grad(self, g_rows: torch.Tensor) -> None:
         g_rows = g_rows.detach()
@@ -187,6 +189,59 @@ def linear_use(tape: Tape, x: torch.Tensor, weight_param: torch.Tensor, slot: in
     finally:
         tape.contexts.pop()
     return _LinearFn.apply(x, weight_param, None, use, None, slot)
+
+
+def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weight_param: torch.Tensor, counts: list[int],
+                       rec_S: torch.Tensor, expert_S: torch.Tensor, keep: torch.Tensor | None,
+                       layer: int) -> torch.Tensor:
+    """``y[rows of e] = x[rows of e] @ W[e]^T`` for every expert slot e of a fused weight, recorded as one use.
+
+    Rows are sorted by expert (then record); ``counts[e]`` rows belong to slot e. ``keep``: the
+    rows whose record owns their expert (roles grouping), or None for all rows.
+    """
+    name = tape.name_of(weight_param)
+    slot_groups = torch.tensor([tape.group(name, e) for e in range(weight_param.shape[0])], dtype=torch.long)
+    for e in range(weight_param.shape[0]):
+        expert = tape.expert_of_group.get(int(slot_groups[e]))
+        if expert is not None and expert != (layer, e):
+            raise UnsupportedModelError(f"fused weight {name!r} slot {e} is in group {expert}, not in layer {layer}")
+    a = x_S.detach()
+    rec, exp = rec_S, expert_S
+    if keep is not None:
+        a, rec, exp = a.index_select(0, keep), rec.index_select(0, keep), exp.index_select(0, keep)
+    use = Use(name=name, slot=None, kind="grouped", group=-1, a=a, rec=rec, keep=keep, expert=exp,
+              slot_groups=slot_groups)
+    tape.uses.append(use)
+    return _GroupedLinearFn.apply(x_S, weight_param, counts, use)
+
+
+class _GroupedLinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x_S, weight, counts, use):
+        ctx.save_for_backward(weight)
+        ctx.counts = counts
+        ctx.use = use
+        out = x_S.new_empty((x_S.shape[0], weight.shape[1]))
+        start = 0
+        for e, n in enumerate(counts):
+            if n:
+                torch.mm(x_S[start:start + n], weight[e].t(), out=out[start:start + n])
+            start += n
+        return out
+
+    @staticmethod
+    def backward(ctx, g_S):
+        (weight,) = ctx.saved_tensors
+        ctx.use.set_grad(g_S)
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gx = g_S.new_empty((g_S.shape[0], weight.shape[2]))
+            start = 0
+            for e, n in enumerate(ctx.counts):
+                if n:
+                    torch.mm(g_S[start:start + n], weight[e], out=gx[start:start + n])
+                start += n
+        return gx, None, None, None
 
 
 class _LinearFn(torch.autograd.Function):

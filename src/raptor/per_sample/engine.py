@@ -39,7 +39,16 @@ from raptor.errors import ConfigError, DataError, UnsupportedModelError
 from raptor.moe.adapters import MoELayerInfo, get_adapter
 from raptor.per_sample import experts as _experts
 from raptor.per_sample.capture import CaptureMode, TableFn, Tape, Use
-from raptor.per_sample.norms import clipped_sum, ghost_sq_norm, materialise, prefer_ghost, weighted_sum
+from raptor.per_sample.norms import (
+    clipped_sum,
+    ghost_sq_norm,
+    grouped_clipped_sums,
+    grouped_sq_norms,
+    materialise,
+    prefer_ghost,
+    sq_norms,
+    weighted_sum,
+)
 from raptor.roles.groups import GroupKey, GroupMap, build_group_map
 
 
@@ -171,9 +180,17 @@ class PerRecordEngine:
         G = len(self.group_keys)
         norms2_GB = torch.zeros(G, B, dtype=torch.float64, device=device)
         plans: list[tuple[tuple[str, int | None], int, str, object]] = []
+        grouped: list[tuple[Use, object]] = []
         for key, uses in by_key.items():
             name, slot = key
             p = params[name]
+            if uses[0].kind == "grouped":
+                if len(uses) != 1:
+                    raise UnsupportedModelError(f"fused expert weight {name!r} is used more than once per forward")
+                gn = grouped_sq_norms(uses[0], B)
+                norms2_GB.index_put_((gn.pair_group, gn.pair_rec), gn.sq.to(torch.float64), accumulate=True)
+                grouped.append((uses[0], gn))
+                continue
             shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
             group = uses[0].group
             if len(uses) == 1 and uses[0].kind in ("linear", "embedding") and prefer_ghost(uses[0], B):
@@ -183,7 +200,7 @@ class PerRecordEngine:
                 per = materialise(uses[0], B, shape)
                 for u in uses[1:]:
                     per = per + materialise(u, B, shape)
-                sq = per.reshape(B, -1).pow(2).sum(dim=1)
+                sq = sq_norms(per)
                 plans.append((key, group, "mat", per))
             norms2_GB[group] += sq.to(torch.float64)
         nonfinite_B = ~torch.isfinite(norms2_GB).all(dim=0)
@@ -191,7 +208,7 @@ class PerRecordEngine:
         C = C_G.to(device)[:, None]
         c_GB = torch.where(norms_GB > C, C / norms_GB, torch.ones_like(norms_GB))
         c_GB = torch.where(nonfinite_B[None, :], torch.zeros_like(c_GB), c_GB)
-        sums = {n: torch.zeros_like(p, memory_format=torch.contiguous_format) for n, p in params.items()}
+        parts: dict[str, dict[int | None, torch.Tensor]] = defaultdict(dict)
         with torch.no_grad():
             for (name, slot), group, how, obj in plans:
                 p = params[name]
@@ -200,8 +217,12 @@ class PerRecordEngine:
                     contrib = clipped_sum(obj, c_GB[group], B, shape)
                 else:
                     contrib = weighted_sum(obj, c_GB[group])
-                target = sums[name] if slot is None else sums[name][slot]
-                target.add_(contrib.to(p.dtype))
+                parts[name][slot] = contrib.to(p.dtype)
+            for use, gn in grouped:
+                p = params[use.name]
+                for e, contrib in grouped_clipped_sums(use, gn, c_GB, p.shape[0]).items():
+                    parts[use.name][e] = contrib.to(p.dtype)
+        sums = {name: _assemble(p, parts.get(name, {})) for name, p in params.items()}
         return norms_GB, c_GB, sums, nonfinite_B
 
     # ------------------------------------------------------------------ helpers
@@ -281,6 +302,23 @@ class PerRecordEngine:
             for fn in reversed(restore):
                 fn()
             _experts.ACTIVE.reset(token)
+
+
+def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> torch.Tensor:
+    """The full-shape clipped sum of one parameter from its whole-tensor or per-slot parts."""
+    if None in parts:
+        return parts[None].reshape(param.shape)
+    if not parts:
+        return torch.zeros_like(param, memory_format=torch.contiguous_format)
+    zero = None
+    slots = []
+    for e in range(param.shape[0]):
+        if e in parts:
+            slots.append(parts[e])
+        else:
+            zero = torch.zeros(param.shape[1:], dtype=param.dtype, device=param.device) if zero is None else zero
+            slots.append(zero)
+    return torch.stack(slots)
 
 
 def _table_compute_bias(module: nn.Module, name: str, tape: Tape):

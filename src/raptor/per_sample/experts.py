@@ -30,7 +30,7 @@ from transformers.integrations.moe import (
 )
 
 from raptor.errors import UnsupportedModelError
-from raptor.per_sample.capture import RowContext, Tape, linear_use
+from raptor.per_sample.capture import RowContext, Tape, grouped_linear_use
 from raptor.roles.owners import owners_from_top1, owners_from_topk
 
 IMPLEMENTATION = "raptor"
@@ -94,27 +94,47 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
                                num_experts=state.num_experts)
     call.owners[state.layer] = owner_B
     tape = call.tape
-    out_ND = torch.zeros_like(hidden_ND)
     gu_tracked = tape is not None and tape.name_of(self.gate_up_proj) is not None
     down_tracked = tape is not None and tape.name_of(self.down_proj) is not None
-    for e in torch.unique(top_k_index).tolist():
-        if e < 0 or e >= self.num_experts:
-            continue
-        tok, pos = torch.where(top_k_index == e)  # sorted by token, so records are sorted
-        x = hidden_ND.index_select(0, tok)
-        ctx = _context(state, owner_B, tok, e, T)
-        if gu_tracked:
-            gate_up = linear_use(tape, x, self.gate_up_proj, e, ctx)
-        else:
-            gate_up = torch.nn.functional.linear(x, self.gate_up_proj[e])
-        h = self._apply_gate(gate_up)
-        if down_tracked:
-            y = linear_use(tape, h, self.down_proj, e, ctx)
-        else:
-            y = torch.nn.functional.linear(h, self.down_proj[e])
-        y = y * top_k_weights[tok, pos].unsqueeze(-1).to(y.dtype)
-        out_ND = out_ND.index_add(0, tok, y.to(out_ND.dtype))
+    K = top_k_index.shape[1]
+    E = self.num_experts
+    # Sort the (token, slot) pairs by expert; the stable sort keeps tokens (so records) ascending.
+    expert_S, perm = torch.sort(top_k_index.reshape(-1), stable=True)
+    valid = (expert_S >= 0) & (expert_S < E)
+    if not bool(valid.all()):
+        expert_S, perm = expert_S[valid], perm[valid]
+    tok_S = perm // K
+    counts = torch.bincount(expert_S, minlength=E).tolist()
+    rec_S = tok_S // max(T, 1)
+    keep = None
+    if state.mask_owners:
+        keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+    x_S = hidden_ND.index_select(0, tok_S)
+    if gu_tracked:
+        gate_up = grouped_linear_use(tape, x_S, self.gate_up_proj, counts, rec_S, expert_S, keep, state.layer)
+    else:
+        gate_up = _plain_grouped(x_S, self.gate_up_proj, counts)
+    h = self._apply_gate(gate_up)
+    if down_tracked:
+        y = grouped_linear_use(tape, h, self.down_proj, counts, rec_S, expert_S, keep, state.layer)
+    else:
+        y = _plain_grouped(h, self.down_proj, counts)
+    w_S = top_k_weights.reshape(-1).index_select(0, perm)
+    y = y * w_S.unsqueeze(-1).to(y.dtype)
+    out_ND = torch.zeros_like(hidden_ND).index_add(0, tok_S, y.to(hidden_ND.dtype))
     return out_ND
+
+
+def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """Per-expert ``x @ W[e]^T`` over rows sorted by expert (frozen weights: plain autograd)."""
+    parts, start = [], 0
+    for e, n in enumerate(counts):
+        if n:
+            parts.append(torch.nn.functional.linear(x_S[start:start + n], weight[e]))
+        start += n
+    if not parts:
+        return x_S.new_zeros((0, weight.shape[1]))
+    return torch.cat(parts)
 
 
 def switch_experts_forward(module, state: LayerState):

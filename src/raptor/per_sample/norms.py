@@ -20,6 +20,8 @@ Legend: B records, R records present in a use, m rows per record (padded), n row
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from raptor.per_sample.capture import Use
@@ -41,7 +43,11 @@ def padded(use: Use, x: torch.Tensor, num_records: int) -> tuple[torch.Tensor, t
     """
     if use.rec is None:
         return x.reshape(num_records, use.rows_per_record or 0, *x.shape[1:]), None
-    rec = use.rec
+    return pad_by_key(x, use.rec)
+
+
+def pad_by_key(x: torch.Tensor, rec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``x [n, d]`` with a sorted block key ``rec [n]`` as ``[R, m, d]`` and the key of each block."""
     if rec.numel() == 0:
         return x.new_zeros((0, 0) + tuple(x.shape[1:])), rec
     ids, inverse, counts = torch.unique_consecutive(rec, return_inverse=True, return_counts=True)
@@ -85,7 +91,9 @@ def ghost_sq_norm(use: Use, num_records: int) -> torch.Tensor:
     else:
         a, _ = padded(use, use.a.to(g.dtype), num_records)
         aa = torch.bmm(a, a.transpose(1, 2))
-    return _scatter_records((gg * aa).sum(dim=(1, 2)), ids, num_records)
+    # <GG^T, AA^T>_F per record as a batched dot product (no m x m product buffer)
+    sq = torch.einsum("rij,rij->r", gg, aa) if gg.shape[0] else gg.new_zeros(0)
+    return _scatter_records(sq, ids, num_records)
 
 
 def materialise(use: Use, num_records: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -111,25 +119,112 @@ def materialise(use: Use, num_records: int, shape: tuple[int, ...]) -> torch.Ten
 
 
 def clipped_sum(use: Use, c_B: torch.Tensor, num_records: int, shape: tuple[int, ...]) -> torch.Tensor:
-    """``sum_r c_r grad_r`` of one use (rows of records with ``c_r = 0`` are excluded)."""
+    """``sum_r c_r grad_r`` of one use (rows of records with ``c_r = 0`` are excluded, not multiplied)."""
     g = use.g
     rec = record_index(use, num_records, g.device)
     c_rows = c_B.to(g.dtype).index_select(0, rec)
-    ok = (c_rows > 0)[:, None]
-    gc = torch.where(ok, g * c_rows[:, None], torch.zeros_like(g))
+    a = use.a
+    ok = c_rows > 0
+    if not bool(ok.all()):
+        keep = torch.nonzero(ok, as_tuple=False).squeeze(1)
+        g, a, c_rows = g.index_select(0, keep), a.index_select(0, keep), c_rows.index_select(0, keep)
+    all_one = bool((c_rows == 1).all())
     if use.kind == "linear":
-        a = torch.where(ok, use.a.to(g.dtype), torch.zeros((), dtype=g.dtype, device=g.device))
-        return gc.transpose(0, 1).matmul(a)
+        a = a.to(g.dtype)
+        if not all_one:  # scale the narrower side
+            if a.shape[1] < g.shape[1]:
+                a = a * c_rows[:, None]
+            else:
+                g = g * c_rows[:, None]
+        return g.transpose(0, 1).matmul(a)
     if use.kind == "embedding":
-        return g.new_zeros(shape).index_add_(0, use.a, gc)
+        return g.new_zeros(shape).index_add_(0, a, g if all_one else g * c_rows[:, None])
     raise AssertionError(use.kind)
 
 
 def weighted_sum(per_record: torch.Tensor, c_B: torch.Tensor) -> torch.Tensor:
-    """``sum_r c_r per_record[r]`` with records of ``c_r = 0`` excluded (not multiplied)."""
+    """``sum_r c_r per_record[r]`` with records of ``c_r = 0`` excluded (selected away, not multiplied)."""
     c = c_B.to(per_record.dtype)
     ok = c > 0
-    view = (-1,) + (1,) * (per_record.dim() - 1)
-    scaled = torch.where(ok.view(view), per_record * c.view(view), torch.zeros((), dtype=per_record.dtype,
-                                                                               device=per_record.device))
-    return scaled.sum(dim=0)
+    if not bool(ok.all()):
+        keep = torch.nonzero(ok, as_tuple=False).squeeze(1)
+        per_record, c = per_record.index_select(0, keep), c.index_select(0, keep)
+    flat = per_record.reshape(per_record.shape[0], -1)
+    return torch.mv(flat.transpose(0, 1), c).reshape(per_record.shape[1:])
+
+
+def sq_norms(per_record: torch.Tensor) -> torch.Tensor:
+    """``||per_record[r]||^2`` for every record."""
+    if per_record.shape[0] == 0:
+        return per_record.new_zeros(0)
+    return torch.linalg.vector_norm(per_record.reshape(per_record.shape[0], -1), dim=1).square()
+
+
+# ---------------------------------------------------------------------------- grouped (fused) experts
+@dataclass
+class GroupedNorms:
+    """Per-(expert, record) squared norms of a grouped fused-expert use."""
+
+    pair_group: torch.Tensor  # [P] group index of each (expert, record) pair
+    pair_rec: torch.Tensor  # [P]
+    sq: torch.Tensor  # [P]
+    per_pair: torch.Tensor | None  # [P, d_out, d_in] when materialised
+    pair_expert: torch.Tensor  # [P]
+
+
+def grouped_sq_norms(use: Use, num_records: int) -> GroupedNorms:
+    """Squared norms of ``G_{e,r}^T A_{e,r}`` for every (expert e, record r) pair of a grouped use.
+
+    Rows are sorted by (expert, record), so ``key = e * B + r`` is sorted and one padded batched
+    product covers every pair of the layer. Ghost when ``m (d_in + d_out) < d_in d_out``.
+    """
+    B = max(num_records, 1)
+    key = use.expert * B + use.rec
+    g = use.g
+    a = use.a.to(g.dtype)
+    gp, ids = pad_by_key(g, key)
+    ap, _ = pad_by_key(a, key)
+    m = gp.shape[1] if gp.dim() == 3 else 0
+    if gp.shape[0] == 0:
+        sq, per = g.new_zeros(0), None
+    elif m * (a.shape[1] + g.shape[1]) < a.shape[1] * g.shape[1]:
+        sq = torch.einsum("rij,rij->r", torch.bmm(gp, gp.transpose(1, 2)), torch.bmm(ap, ap.transpose(1, 2)))
+        per = None
+    else:
+        per = torch.bmm(gp.transpose(1, 2), ap)
+        sq = sq_norms(per)
+    pair_expert = ids // B
+    return GroupedNorms(pair_group=use.slot_groups.to(ids.device).index_select(0, pair_expert),
+                        pair_rec=ids % B, sq=sq, per_pair=per, pair_expert=pair_expert)
+
+
+def grouped_clipped_sums(use: Use, norms: GroupedNorms, c_GB: torch.Tensor, num_slots: int) -> dict[int, torch.Tensor]:
+    """``{e: sum_r c[group_e, r] G_{e,r}^T A_{e,r}}`` for every expert slot with rows."""
+    out: dict[int, torch.Tensor] = {}
+    g = use.g
+    if norms.per_pair is not None:
+        c_P = c_GB[norms.pair_group, norms.pair_rec]
+        for e in torch.unique(norms.pair_expert).tolist():
+            sel = torch.nonzero(norms.pair_expert == e, as_tuple=False).squeeze(1)
+            out[e] = weighted_sum(norms.per_pair.index_select(0, sel), c_P.index_select(0, sel))
+        return out
+    c_rows = c_GB.to(g.dtype)[use.slot_groups.to(g.device).index_select(0, use.expert), use.rec]
+    a = use.a.to(g.dtype)
+    ok = c_rows > 0
+    if not bool(ok.all()):
+        keep = torch.nonzero(ok, as_tuple=False).squeeze(1)
+        g, a, c_rows = g.index_select(0, keep), a.index_select(0, keep), c_rows.index_select(0, keep)
+        expert = use.expert.index_select(0, keep)
+    else:
+        expert = use.expert
+    counts = torch.bincount(expert, minlength=num_slots).tolist()
+    if a.shape[1] < g.shape[1]:
+        a = a * c_rows[:, None]
+    else:
+        g = g * c_rows[:, None]
+    start = 0
+    for e, n in enumerate(counts):
+        if n:
+            out[e] = g[start:start + n].transpose(0, 1).matmul(a[start:start + n])
+        start += n
+    return out
