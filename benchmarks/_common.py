@@ -2,7 +2,10 @@
 
 Timing: every ratio is a ratio of *medians* over repetitions measured in one process, with the two
 steps interleaved (ABBA order) so that drift from other load on the machine hits both alike. The
-inter-quartile range (IQR) of each step's time is reported next to its median.
+inter-quartile range (IQR) of each step's time is reported next to its median. Wall time is the
+headline; process CPU time (``time.process_time``) is reported too: on a machine shared with other
+jobs it does not count the time this process waited for a core, so with one thread it is the
+steadier of the two.
 
 Memory (Linux): the peak resident set size (RSS) *increase* of one step over the RSS just before
 it. Before each measured step the heap is trimmed (``malloc_trim(0)``, so freed pages retained by
@@ -23,7 +26,7 @@ import json
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _LIBC = None
@@ -102,19 +105,24 @@ def summary(times: Sequence[float]) -> dict[str, float]:
 
 
 def run_interleaved(steps: dict[str, Callable[[], object]], *, warmup: int, reps: int,
-                    clock: Callable[[], float]) -> dict[str, list[float]]:
-    """Run ``warmup`` untimed rounds, then ``reps`` timed rounds of every step in ABBA order."""
+                    clocks: Mapping[str, Callable[[], float]]) -> dict[str, dict[str, list[float]]]:
+    """Run ``warmup`` untimed rounds, then ``reps`` timed rounds of every step in ABBA order.
+
+    Returns ``{clock name: {step name: [seconds per round]}}``; round ``i`` of every step ran
+    back to back, so per-round ratios pair neighbouring measurements.
+    """
     names = list(steps)
     for _ in range(warmup):
         for name in names:
             steps[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, dict[str, list[float]]] = {c: {name: [] for name in names} for c in clocks}
     for rep in range(reps):
         order = names if rep % 2 == 0 else names[::-1]
         for name in order:
-            t0 = clock()
+            start = {c: clock() for c, clock in clocks.items()}
             steps[name]()
-            times[name].append(clock() - t0)
+            for c, clock in clocks.items():
+                times[c][name].append(clock() - start[c])
     return times
 
 

@@ -53,6 +53,7 @@ if str(_HERE) not in sys.path:
 import _common  # noqa: E402
 
 SCHEMA_VERSION = 1
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 DEFAULT_OUT = _HERE / "results" / "engine_speed.json"
 FAMILIES = ("switch_transformers", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
@@ -142,6 +143,8 @@ class _PhaseClock:
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
         self.rounds: list[dict[str, float]] = []
+        self.calls: dict[str, int] = defaultdict(int)
+        self.last_calls: dict[str, int] = {}
 
     def wrap(self, name: str, fn: Callable) -> Callable:
         def timed(*args, **kwargs):
@@ -153,26 +156,52 @@ class _PhaseClock:
 
         return timed
 
+    def wrap_by_use(self, name: str, fn: Callable) -> Callable:
+        """Like :meth:`wrap`, keyed by the use's kind (``linear/expert``: rows routed to an expert)."""
+
+        def timed(*args, **kwargs):
+            use = args[0] if args and hasattr(args[0], "kind") else None
+            key = name
+            if use is not None:
+                routed = getattr(use, "slot", None) is not None or getattr(use, "rec", None) is not None
+                key = f"{name}[{use.kind}{'/expert' if routed else ''}]"
+            self.calls[key] += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.current[key] += time.perf_counter() - t0
+
+        return timed
+
     def close_round(self, total: float) -> None:
         row = dict(self.current)
         row["other"] = total - sum(row.values())
         self.rounds.append(row)
         self.current = defaultdict(float)
+        self.last_calls = dict(self.calls)
+        self.calls = defaultdict(int)
 
     def medians(self) -> dict[str, float]:
         keys = sorted({k for r in self.rounds for k in r})
         return {k: _common.summary([r.get(k, 0.0) for r in self.rounds])["median"] for k in keys}
 
 
-def _result(cfg: Config, times: dict[str, list[float]], peaks: dict[str, int], method: str, base_rss: int,
-            private: str, plain: str, extra: dict) -> dict:
-    tp, te = _common.summary(times[plain]), _common.summary(times[private])
-    mp, me = peaks[plain], peaks[private]
+def _result(cfg: Config, times: dict[str, dict[str, list[float]]], peaks: dict[str, int], method: str,
+            base_rss: int, extra: dict) -> dict:
+    wall, cpu = times["wall"], times["cpu"]
+    tp, te = _common.summary(wall["plain"]), _common.summary(wall["private"])
+    cp, ce = _common.summary(cpu["plain"]), _common.summary(cpu["private"])
+    paired = [e / p for e, p in zip(wall["private"], wall["plain"], strict=True) if p > 0]
+    mp, me = peaks["plain"], peaks["private"]
     out = {
         "config": asdict(cfg),
         "label": cfg.label,
         "time_s": {"plain": tp, "private": te},
+        "cpu_s": {"plain": cp, "private": ce},
         "time_ratio": te["median"] / tp["median"],
+        "time_ratio_paired": _common.summary(paired)["median"] if paired else None,
+        "cpu_time_ratio": ce["median"] / cp["median"] if cp["median"] > 0 else None,
         "mem_bytes": {"plain_peak_increase": mp, "private_peak_increase": me, "baseline_rss": base_rss,
                       "method": method},
         "mem_ratio": (me / mp) if mp > 0 else None,
@@ -190,6 +219,7 @@ def moe_worker(cfg: Config) -> dict:
     import torch
     import torch.nn.functional as F
 
+    import raptor.per_sample.engine as engine_module
     from raptor.moe.adapters import get_adapter
     from raptor.moe.models import TinySize, build_model
     from raptor.per_sample.engine import PerRecordEngine
@@ -228,12 +258,20 @@ def moe_worker(cfg: Config) -> dict:
     original_loss = engine.loss_fn
     original_reduce = getattr(engine, "_reduce", None)
 
+    # The reduce step's helpers (functions of raptor.per_sample.norms, looked up as globals of the
+    # engine module), timed per use kind.
+    reduce_helpers = {n: f for n, f in vars(engine_module).items()
+                      if callable(f) and getattr(f, "__module__", "") == "raptor.per_sample.norms"}
+    reduce_parts = _PhaseClock()
+
     def engine_step() -> None:
         model.forward = engine_phases.wrap("forward", original_forward)
         torch.autograd.backward = engine_phases.wrap("backward", original_backward)
         engine.loss_fn = engine_phases.wrap("loss", original_loss)
         if original_reduce is not None:
             engine._reduce = engine_phases.wrap("reduce", original_reduce)
+        for n, fn in reduce_helpers.items():
+            setattr(engine_module, n, reduce_parts.wrap_by_use(n, fn))
         t0 = time.perf_counter()
         try:
             result = engine.compute(batch, clip)
@@ -243,29 +281,35 @@ def moe_worker(cfg: Config) -> dict:
             engine.loss_fn = original_loss
             if original_reduce is not None:
                 del engine._reduce
+            for n, fn in reduce_helpers.items():
+                setattr(engine_module, n, fn)
+        reduce_parts.close_round(engine_phases.current.get("reduce", 0.0))
         engine_phases.close_round(time.perf_counter() - t0)
         if result.num_nonfinite:
             raise RuntimeError(f"{cfg.label}: {result.num_nonfinite} non-finite records in a benchmark batch")
 
     steps = {"plain": plain_step, "private": engine_step}
-    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clock=time.perf_counter)
+    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clocks=CLOCKS)
     clear()
     _common.trim_heap()
     base_rss = _common.rss_bytes()
     peaks, method = _memory(steps, clear)
     plain_phases.rounds.clear()
     engine_phases.rounds.clear()
-    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clock=time.perf_counter)
+    reduce_parts.rounds.clear()
+    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clocks=CLOCKS)
     extra = {
         "kind": "raptor_engine",
         "num_params": sum(p.numel() for p in params),
         "num_groups": len(engine.group_keys),
         "phases_s": {"plain": plain_phases.medians(), "private": engine_phases.medians()},
+        "reduce_breakdown_s": reduce_parts.medians(),
+        "reduce_calls": reduce_parts.last_calls,
     }
     if cfg.profile:
         extra["profile"] = {"plain": _profile(plain_step), "private": _profile(lambda: engine.compute(batch, clip))}
     clear()
-    return _result(cfg, times, peaks, method, base_rss, "private", "plain", extra)
+    return _result(cfg, times, peaks, method, base_rss, extra)
 
 
 # ------------------------------------------------------------------------------------------ opacus reference
@@ -359,16 +403,16 @@ def opacus_worker(cfg: Config) -> dict:
         optimizer.pre_step()  # per-sample norms, clipping, clipped sum, (zero) noise into p.grad
 
     steps = {"plain": plain_step, "private": opacus_step}
-    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clock=time.perf_counter)
+    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clocks=CLOCKS)
     clear()
     _common.trim_heap()
     base_rss = _common.rss_bytes()
     peaks, method = _memory(steps, clear)
-    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clock=time.perf_counter)
+    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clocks=CLOCKS)
     extra = {"kind": "opacus_dense", "num_params": sum(p.numel() for p in plain_model.parameters()),
              "dense_mlp_width": cfg.top_k * cfg.expert_intermediate}
     clear()
-    return _result(cfg, times, peaks, method, base_rss, "private", "plain", extra)
+    return _result(cfg, times, peaks, method, base_rss, extra)
 
 
 def run_config(cfg: Config) -> dict:
@@ -415,7 +459,8 @@ def _row(r: dict) -> dict:
         return row
     t = r["time_s"]
     row.update(plain_s=t["plain"]["median"], plain_iqr=t["plain"]["iqr"], private_s=t["private"]["median"],
-               private_iqr=t["private"]["iqr"], time_ratio=r["time_ratio"], mem_ratio=r["mem_ratio"],
+               private_iqr=t["private"]["iqr"], time_ratio=r["time_ratio"], cpu_ratio=r.get("cpu_time_ratio"),
+               paired_ratio=r.get("time_ratio_paired"), mem_ratio=r["mem_ratio"],
                mem_total=r["mem_ratio_total"],
                mem_plain_mb=r["mem_bytes"]["plain_peak_increase"] / 2**20,
                mem_private_mb=r["mem_bytes"]["private_peak_increase"] / 2**20)
@@ -424,6 +469,7 @@ def _row(r: dict) -> dict:
 
 COLUMNS = (("family", "family"), ("E", "E"), ("T", "T"), ("B", "B"), ("plain_s", "plain s"), ("plain_iqr", "iqr"),
            ("private_s", "private s"), ("private_iqr", "iqr"), ("time_ratio", "time x"),
+           ("paired_ratio", "paired x"), ("cpu_ratio", "cpu x"),
            ("mem_plain_mb", "plain MB"), ("mem_private_mb", "private MB"), ("mem_ratio", "mem x"),
            ("mem_total", "mem total x"), ("error", "error"))
 

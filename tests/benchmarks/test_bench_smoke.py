@@ -27,6 +27,8 @@ def _check_result(r: dict, kind: str) -> None:
         assert set(s) == {"median", "q1", "q3", "iqr", "n"}
         assert s["median"] > 0 and s["q1"] <= s["median"] <= s["q3"] and s["n"] == r["config"]["reps"]
     assert math.isclose(r["time_ratio"], r["time_s"]["private"]["median"] / r["time_s"]["plain"]["median"])
+    assert r["time_ratio_paired"] > 0 and r["cpu_time_ratio"] > 0
+    assert set(r["cpu_s"]) == {"plain", "private"}
     mem = r["mem_bytes"]
     assert mem["method"] in ("vmhwm-reset", "ru_maxrss")
     assert mem["plain_peak_increase"] >= 0 and mem["private_peak_increase"] >= 0 and mem["baseline_rss"] >= 0
@@ -46,6 +48,7 @@ def test_quick_run_schema(bench, tmp_path):
         _check_result(r, "raptor_engine")
         assert {"forward", "backward", "reduce", "other"} <= set(r["phases_s"]["private"])
         assert {"forward", "backward"} <= set(r["phases_s"]["plain"])
+        assert "other" in r["reduce_breakdown_s"] and sum(r["reduce_calls"].values()) > 0
     assert results[1]["config"]["num_experts"] == 2 and results[2]["config"]["seq_len"] == 8
     assert results[0]["num_groups"] == 1 + 2 * 4  # shared + (2 layers x 4 experts)
     prof = results[0]["profile"]["private"]
@@ -69,9 +72,9 @@ def test_interleaving_and_summary(bench):
 
     calls = []
     times = _common.run_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                                    warmup=1, reps=3, clock=iter(range(100)).__next__)
+                                    warmup=1, reps=3, clocks={"c": iter(range(100)).__next__})
     assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]
-    assert times == {"a": [1, 1, 1], "b": [1, 1, 1]}
+    assert times == {"c": {"a": [1, 1, 1], "b": [1, 1, 1]}}
     s = _common.summary([1.0, 2.0, 3.0, 10.0])
     assert s["median"] == 2.5 and s["q1"] == 1.75 and s["q3"] == 4.75 and s["iqr"] == 3.0
 
