@@ -6,7 +6,8 @@ shared machine), and ``ratio_to_budget = median / 2 s`` (the issue asks for unde
 
 Ledger: the median time of ``record`` (one release) and of ``epsilon(delta)`` right after a new
 release (a progress bar asking every step: each query is a new composition, the single-release
-PLD is cached), and of ``check_can_record`` on a ledger that carries its plan.
+PLD is cached), and of ``check_can_record`` on a ledger that carries its plan and on one that
+does not (look-ahead verification).
 
 With ``--agreement``: epsilon from raptor's PLD and RDP against Opacus's ``PRVAccountant`` and
 ``RDPAccountant`` on a few settings (relative differences).
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import raptor.accounting.accountants as acc
 import raptor.accounting.planning as planning
-from raptor.accounting import plan_budget
+from raptor.accounting import PrivacyLedger, plan_budget
 
 _HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = _HERE / "results" / "calibration_speed.json"
@@ -97,8 +98,15 @@ def time_ledger(steps: int = 40) -> dict:
         t0 = time.perf_counter()
         ledger.epsilon(plan.delta)
         eps.append(time.perf_counter() - t0)
+    bare, bare_check = PrivacyLedger(), []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        bare.check_can_record(plan.sample_rate, plan.sigma_eff, 1, plan.target_epsilon, plan.delta)
+        bare_check.append(time.perf_counter() - t0)
+        bare.record(plan.sample_rate, plan.sigma_eff)
     return {"steps": steps, "record": _summary(rec), "epsilon_after_each_step": _summary(eps[1:]),
-            "check_can_record_with_plan": _summary(check[1:])}
+            "check_can_record_with_plan": _summary(check[1:]),
+            "check_can_record_without_plan": {**_summary(bare_check), "total_s": sum(bare_check)}}
 
 
 AGREEMENT_SETTINGS = [  # q, sigma, T, delta (the tests assert these agreements)
@@ -150,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ledger = time_ledger()
     print(f"ledger record: median {ledger['record']['median_s'] * 1e6:.1f} us; epsilon after each step: median "
           f"{ledger['epsilon_after_each_step']['median_s'] * 1e3:.1f} ms; check_can_record (with plan): median "
-          f"{ledger['check_can_record_with_plan']['median_s'] * 1e6:.1f} us")
+          f"{ledger['check_can_record_with_plan']['median_s'] * 1e6:.1f} us; without plan: median "
+          f"{ledger['check_can_record_without_plan']['median_s'] * 1e6:.1f} us, total "
+          f"{ledger['check_can_record_without_plan']['total_s']:.2f} s over {ledger['steps']} steps")
     rows_agreement = agreement() if args.agreement else None
     result = {"benchmark": "calibration_speed", "agreement_with_opacus": rows_agreement, "budget_s": BUDGET_S, "reps": args.reps,
               "python": platform.python_version(), "machine": platform.machine(), "plans": rows, "ledger": ledger}

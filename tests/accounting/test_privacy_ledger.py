@@ -122,3 +122,32 @@ def test_ledger_replace_one_uses_replace_one_accounting():
     assert replace.epsilon(1e-5) == pytest.approx(
         epsilon_of((((0.01, 1.0), 200),), 1e-5, adjacency="replace-one"), rel=1e-12)
     assert replace.epsilon(1e-5) > add_remove.epsilon(1e-5)
+
+
+def test_per_step_checks_without_a_plan_agree_with_exact_checks_and_are_amortised(monkeypatch):
+    """Every per-step check raises exactly when the exact epsilon of ledger + request exceeds the
+    budget, and a long run of identical steps costs O(log T) accountant evaluations."""
+    import raptor.accounting.ledger as ledger_module
+
+    q, sigma, delta = 0.05, 1.0, 1e-5
+    budget = epsilon_of((((q, sigma), 300),), delta, accountant="rdp")  # exactly 300 steps fit
+    calls = []
+    real = ledger_module.epsilon_of
+    monkeypatch.setattr(ledger_module, "epsilon_of", lambda *a, **k: calls.append(a) or real(*a, **k))
+    ledger = PrivacyLedger(accountant="rdp")
+    for _ in range(300):
+        ledger.check_can_record(q, sigma, 1, budget, delta)
+        ledger.record(q, sigma)
+    with pytest.raises(BudgetExceededError):
+        ledger.check_can_record(q, sigma, 1, budget, delta)
+    assert len(ledger) == 300
+    assert len(calls) < 40  # far fewer than one evaluation per step
+    # a looser delta or a larger budget is covered by what was verified; a tighter delta is not
+    fresh = PrivacyLedger(accountant="rdp")
+    fresh.check_can_record(q, sigma, 1, budget, delta)
+    fresh.record(q, sigma)
+    before = len(calls)
+    fresh.check_can_record(q, sigma, 1, budget * 2, delta * 10)
+    assert len(calls) == before
+    fresh.check_can_record(q, sigma, 1, budget, delta / 10)
+    assert len(calls) > before

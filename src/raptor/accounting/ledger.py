@@ -44,6 +44,11 @@ from raptor.errors import BudgetExceededError, ConfigError
 LEDGER_FORMAT = "raptor.privacy_ledger/1"
 
 
+def _contains(multiset: dict[tuple[float, float], int], sub: dict[tuple[float, float], int]) -> bool:
+    """Whether ``sub`` is a sub-multiset of ``multiset`` (every count at most the other's)."""
+    return all(multiset.get(key, 0) >= n for key, n in sub.items())
+
+
 class PrivacyLedger:
     """Executed and planned DP releases with their (epsilon, delta) guarantee.
 
@@ -59,6 +64,9 @@ class PrivacyLedger:
         self._planned: list[EventRun] = []
         self._executed_totals: dict[tuple[float, float], int] = {}
         self._steps = 0
+        # (multiset, budget, delta) whose epsilon at delta was verified <= budget; see check_can_record
+        self._verified: list[tuple[dict[tuple[float, float], int], float, float]] = []
+        self._ahead = 8
 
     # ----------------------------------------------------------------------------- recording
     def record(self, sample_rate: float, noise_multiplier: float, count: int = 1, label: str = "joint") -> None:
@@ -120,20 +128,40 @@ class PrivacyLedger:
                          epsilon_budget: float, delta: float) -> None:
         """Raise BudgetExceededError if recording these releases would exceed (epsilon_budget, delta).
 
-        A dry run: the ledger is not changed either way.
+        A dry run: the ledger is not changed either way. Cheap when called before every step:
+
+        * a request inside a verified multiset (the plan, or an earlier look-ahead) whose epsilon
+          at a delta <= ``delta`` was <= a budget <= ``epsilon_budget`` needs no computation
+          (sub-multiset argument in the module docstring; epsilon only falls as delta grows);
+        * otherwise we first try to verify a look-ahead (the request plus ``_ahead`` more of the
+          same release; ``_ahead`` starts at 8 and doubles on success); if it fits, it is
+          remembered and the following checks are free; if not, ``_ahead`` halves and the exact
+          request decides. A run of T identical steps costs O(log T) evaluations.
         """
         q = check_sample_rate(sample_rate)
         sigma = check_noise_multiplier(noise_multiplier)
         check_count(count)
         budget = check_epsilon(epsilon_budget, "epsilon_budget")
         check_delta(delta)
+        key = (q, sigma)
         totals = dict(self._executed_totals)
-        totals[(q, sigma)] = totals.get((q, sigma), 0) + count
-        if self._planned and self._within_plan(totals):
-            if self.epsilon(delta, planned=True) <= budget:
+        totals[key] = totals.get(key, 0) + count
+        if self._covered(totals, budget, delta):
+            return
+        if self._planned:
+            planned = dict(canonical_counts(self._planned))
+            if _contains(planned, totals) and self.epsilon(delta, planned=True) <= budget:
+                self._remember(planned, budget, delta)
                 return
-        candidate = tuple(sorted(totals.items()))
-        requested = epsilon_of(candidate, delta, accountant=self.accountant, adjacency=self.adjacency)
+        if self._ahead > 0:
+            ahead = dict(totals)
+            ahead[key] += self._ahead
+            if self._eps(ahead, delta) <= budget:
+                self._remember(ahead, budget, delta)
+                self._ahead *= 2
+                return
+            self._ahead //= 2
+        requested = self._eps(totals, delta)
         if requested <= budget:
             return
         spent = self.epsilon(delta)
@@ -144,9 +172,16 @@ class PrivacyLedger:
             "or re-plan with more noise, fewer steps or a larger budget."
         )
 
-    def _within_plan(self, totals: dict[tuple[float, float], int]) -> bool:
-        planned = dict(canonical_counts(self._planned))
-        return all(planned.get(key, 0) >= n for key, n in totals.items())
+    def _eps(self, totals: dict[tuple[float, float], int], delta: float) -> float:
+        return epsilon_of(tuple(sorted(totals.items())), delta, accountant=self.accountant,
+                          adjacency=self.adjacency)
+
+    def _covered(self, totals: dict[tuple[float, float], int], budget: float, delta: float) -> bool:
+        return any(_contains(multiset, totals) and budget >= b and delta >= d for multiset, b, d in self._verified)
+
+    def _remember(self, multiset: dict[tuple[float, float], int], budget: float, delta: float) -> None:
+        self._verified.append((multiset, budget, delta))
+        del self._verified[:-4]
 
     # ----------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
