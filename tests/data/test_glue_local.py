@@ -174,3 +174,31 @@ def test_wrong_field_count(write):
     path = write("train.tsv", "sentence\tlabel\ngood\t1\nno label here\n")
     with pytest.raises(DataError, match=r"train.tsv: line 3: expected 2 tab-separated fields \(sentence, label\), found 1"):
         read_glue_tsv(path, "sst2")
+
+
+# The official header of each task's train/dev TSV, and one labelled row (texts "A" / "B").
+OFFICIAL = {
+    "sst2": ("sentence\tlabel", "A\t1", 1),
+    "mrpc": ("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String", "1\t11\t12\tA\tB", 1),
+    "rte": ("index\tsentence1\tsentence2\tlabel", "0\tA\tB\tnot_entailment", 1),
+    "qnli": ("index\tquestion\tsentence\tlabel", "0\tA\tB\tentailment", 0),
+    "qqp": ("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate", "5\t1\t2\tA\tB\t1", 1),
+    "wnli": ("index\tsentence1\tsentence2\tlabel", "0\tA\tB\t0", 0),
+    "mnli": ("index\tsentence1\tsentence2\tgold_label", "0\tA\tB\tneutral", 1),
+    "cola": (None, "src\t0\t*\tA", 0),
+}
+
+
+@pytest.mark.parametrize("task", sorted(OFFICIAL))
+def test_every_task_reads_its_official_layout(tmp_path, write, task):
+    from raptor.data import get_task
+
+    spec = get_task(task)
+    header, row, label = OFFICIAL[task]
+    text = (header + "\n" if header else "") + row + "\n"
+    write(f"{spec.glue_dir}/train.tsv", text)
+    write(f"{spec.glue_dir}/{spec.validation_split}.tsv", text)
+    splits = load_glue_dir(tmp_path, task)
+    for data in (splits.train, splits.validation):
+        assert data.texts == ("A",) and data.labels == (label,)
+        assert data.text_pairs == (("B",) if spec.is_pair else None)
