@@ -206,3 +206,28 @@ def test_engine_leaves_grad_and_implementation_untouched(inf_clip):
     engine.compute(batch_for(model), inf_clip(engine))
     assert all(p.grad is None for p in model.parameters())
     assert model.config._experts_implementation == before
+
+
+def test_switch_with_tokens_dropped_by_capacity_matches_reference(inf_clip):
+    """Switch capacity is per sequence: with capacity 2 (< T) tokens are dropped, records stay independent."""
+    from raptor.moe.models import build_model
+    from raptor.per_sample.check import compare, freeze_untrained_experts, to_float64
+
+    model = to_float64(build_model("switch_transformers", expert_capacity=2,
+                                   generator=torch.Generator().manual_seed(4)))
+    freeze_untrained_experts(model, [1])
+    report = compare(model, batch_for(model, batch_size=4, seq_len=8), trained_layers=[1], grouping="roles")
+    assert report.passed, report
+
+
+def test_peft_lora_on_fused_expert_parameters_is_refused_loudly():
+    """LoRA on fused 3-D expert weights (PEFT target_parameters) is not supported yet: it must raise."""
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny("olmoe", trained=(0, 1))
+    config = LoraConfig(r=2, lora_alpha=4, target_parameters=["mlp.experts.gate_up_proj"])
+    peft_model = get_peft_model(model, config)
+    with pytest.raises(UnsupportedModelError, match="target_parameters"):
+        PerRecordEngine(peft_model, trained_layers=[0, 1], grouping="roles")
+    with pytest.raises(UnsupportedModelError, match="target_parameters"):
+        PerRecordEngine(peft_model, grouping="dense")
