@@ -93,6 +93,6 @@ def test_plan_bad_values_exit_2(capsys, extra, match):
 
 
 def test_plan_text_alternate_shows_the_phase_sigmas(capsys):
-    assert main(PLAN + ["--alternate", "2:1", "--layers", "2", "--shared-ratio", "0.3"]) == 0
+    assert main(PLAN + ["--alternate", "1:1"]) == 0
     out = capsys.readouterr().out
-    assert "alternate 2:1" in out and "shared-only steps sigma_s" in out and "sigma_e/sqrt(L)" in out
+    assert "alternate 1:1" in out and "shared-only steps sigma_s" in out and "sigma_e/sqrt(L)" in out
