@@ -149,3 +149,36 @@ def test_raptor_trains_every_family(family):
     res = trainer.fit(progress=False)
     assert res["steps"] == 1 and len(trainer.ledger) == 1
     assert {g["stream"] for g in res["streams"]["groups"].values()} == {"shared", "expert"}
+
+
+def test_public_statistics_never_see_private_records(monkeypatch):
+    # Routing statistics, layer choice and per-expert clip norms are computed before training from
+    # the public corpus only: every batch routed, and every unclipped (clip = inf) engine call, must
+    # consist of public rows; private rows reach the engine only through clipped compute calls.
+    from raptor.per_sample.engine import PerRecordEngine
+
+    public_rows = {tuple(r.tolist()) for r in DATA["public"]["input_ids"]}
+    private_rows = {tuple(r.tolist()) for r in DATA["train"]["input_ids"]}
+    assert not public_rows & private_rows
+    seen = {"route": [], "unclipped": [], "clipped": []}
+    route, compute = PerRecordEngine.route, PerRecordEngine.compute
+
+    def spy_route(self, batch):
+        seen["route"].extend(tuple(r.tolist()) for r in batch["input_ids"])
+        return route(self, batch)
+
+    def spy_compute(self, batch, clip_norms):
+        kind = "unclipped" if all(math.isinf(c) for c in clip_norms.values()) else "clipped"
+        seen[kind].extend(tuple(r.tolist()) for r in batch["input_ids"])
+        return compute(self, batch, clip_norms)
+
+    monkeypatch.setattr(PerRecordEngine, "route", spy_route)
+    monkeypatch.setattr(PerRecordEngine, "compute", spy_compute)
+    priv = PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False, clip_rule="median-ratio")
+    model = build_model("switch_transformers", generator=torch.Generator().manual_seed(5))
+    trainer = build_trainer(tiny_recipe("raptor", steps=2, batch_size=8, privacy=priv), model,
+                            train=DATA["train"], validation=None, public=DATA["public"])
+    trainer.run_steps(2)
+    assert seen["route"] and set(seen["route"]) <= public_rows
+    assert seen["unclipped"] and set(seen["unclipped"]) <= public_rows
+    assert seen["clipped"] and set(seen["clipped"]) <= private_rows
