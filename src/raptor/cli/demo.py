@@ -12,6 +12,10 @@ The main job of the foundation issue (a later issue replaces it with a DP demo).
    ``--output-dir`` (default ``runs/demo``).
 
 No privacy: this trains on the private records with plain AdamW. Nothing here is DP.
+
+Measured on this project's 2-core machine (1 torch thread): about 30 s of CPU time, 35-80 s wall
+depending on what else runs; dev accuracy 0.755 / 0.748 / 0.772 for seeds 0 / 1 / 2 (majority
+class 0.509).
 """
 
 from __future__ import annotations
@@ -44,9 +48,9 @@ FAMILY = "switch_transformers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--epochs", type=int, default=3, help="passes over the training records (default 3)")
+    parser.add_argument("--epochs", type=int, default=4, help="passes over the training records (default 4)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per step (default 32)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW peak learning rate (default 1e-3)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="AdamW peak learning rate (default 5e-4)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the init, shuffling and public split (default 0)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"),
                         help="where results.json, the tokenizer and the model go (default runs/demo)")
