@@ -60,6 +60,8 @@ class Use:
     pad_id: int | None = None  # embedding padding_idx (rows with this id get no gradient)
     expert: torch.Tensor | None = None  # grouped: expert slot of each kept row (rows sorted by expert, record)
     slot_groups: torch.Tensor | None = None  # grouped: group index of each expert slot [E]
+    on_ready: object = None  # callback(use) once the output gradient is in (the engine's reducer)
+    reduced: bool = False  # set by the reducer (a safety check that no use is left out)
 
     def set_grad(self, g_rows: torch.Tensor) -> None:
         g_rows = g_rows.detach()
@@ -67,7 +69,9 @@ class Use:
             g_rows = g_rows.index_select(0, self.keep)
         if self.kind == "embedding" and self.pad_id is not None:
             g_rows = torch.where((self.a == self.pad_id)[:, None], torch.zeros_like(g_rows), g_rows)
-        self.g = g_rows if self.g is None else self.g + g_rows
+        self.g = g_rows
+        if self.on_ready is not None:
+            self.on_ready(self)
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Tape:
     owners: dict[int, torch.Tensor] = field(default_factory=dict)
     aliases: dict[int, tuple[str, torch.Tensor]] = field(default_factory=dict)
     contexts: list[RowContext] = field(default_factory=list)
+    on_ready: object = None  # callback(use) set on every use (see ``Use.on_ready``)
 
     # ------------------------------------------------------------ lookup
     def name_of(self, t: object) -> str | None:
@@ -147,7 +152,8 @@ class Tape:
             rec = rec.index_select(0, keep)
             if a is not None:
                 a = a.index_select(0, keep)
-        use = Use(name=name, slot=slot, kind=kind, group=group, a=a, rec=rec, rows_per_record=m, keep=keep, **kw)
+        use = Use(name=name, slot=slot, kind=kind, group=group, a=a, rec=rec, rows_per_record=m, keep=keep,
+                  on_ready=self.on_ready, **kw)
         self.uses.append(use)
         return use
 
@@ -210,7 +216,7 @@ def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weight_param: torch.Tensor
     if keep is not None:
         a, rec, exp = a.index_select(0, keep), rec.index_select(0, keep), exp.index_select(0, keep)
     use = Use(name=name, slot=None, kind="grouped", group=-1, a=a, rec=rec, keep=keep, expert=exp,
-              slot_groups=slot_groups)
+              slot_groups=slot_groups, on_ready=tape.on_ready)
     tape.uses.append(use)
     return _GroupedLinearFn.apply(x_S, weight_param, counts, use)
 
@@ -317,7 +323,9 @@ class TableFn(torch.autograd.Function):
         g_BPH = g_BHQK.permute(0, 2, 3, 1).reshape(B, -1, H)
         per = g_BPH.new_zeros((B,) + ctx.table_shape)
         per.index_add_(1, bucket.reshape(-1), g_BPH)
-        ctx.use.per_record = per if ctx.use.per_record is None else ctx.use.per_record + per
+        ctx.use.per_record = per
+        if ctx.use.on_ready is not None:
+            ctx.use.on_ready(ctx.use)
         return None, None, None, None
 
 

@@ -27,7 +27,7 @@ Legend: B records, T tokens per record, K labels, G groups.
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,8 +44,8 @@ from raptor.per_sample.norms import (
     ghost_sq_norm,
     grouped_clipped_sums,
     grouped_sq_norms,
+    keep_rows,
     materialise,
-    prefer_ghost,
     sq_norms,
     weighted_sum,
 )
@@ -148,6 +148,8 @@ class PerRecordEngine:
             return self._empty_result(ids.device)
         tape = Tape(num_records=B, tokens_per_record=T, param_names=self._param_names, group_of=self._group_of,
                     expert_of_group=self._expert_of_group, special=self._special)
+        reducer = _Reducer(tape, self.group_map.params, len(self.group_keys), B, ids.device)
+        tape.on_ready = reducer.on_ready
         call = self._call(tape, mask)
         with self._installed(call), CaptureMode(tape):
             logits = self.model(input_ids=ids, attention_mask=mask).logits
@@ -166,7 +168,7 @@ class PerRecordEngine:
                     f"parameter {n!r} received a gradient outside the engine's recorded ops; it is used by an op "
                     "the engine does not handle"
                 )
-        norms_GB, c_GB, sums, nonfinite_B = self._reduce(tape, C_G, B, ids.device)
+        norms_GB, c_GB, sums, nonfinite_B = self._reduce(tape, reducer, C_G, B, ids.device)
         return EngineResult(
             loss_B=loss_B.detach(),
             norms={k: norms_GB[i] for i, k in enumerate(self.group_keys)},
@@ -178,38 +180,9 @@ class PerRecordEngine:
         )
 
     # ------------------------------------------------------------------ reduction
-    def _reduce(self, tape: Tape, C_G: torch.Tensor, B: int, device):
+    def _reduce(self, tape: Tape, reducer: _Reducer, C_G: torch.Tensor, B: int, device):
         params = self.group_map.params
-        by_key: dict[tuple[str, int | None], list[Use]] = defaultdict(list)
-        for use in tape.uses:
-            if use.g is not None or use.per_record is not None:
-                by_key[(use.name, use.slot)].append(use)
-        G = len(self.group_keys)
-        norms2_GB = torch.zeros(G, B, dtype=torch.float64, device=device)
-        plans: list[tuple[tuple[str, int | None], int, str, object]] = []
-        grouped: list[tuple[Use, object]] = []
-        for key, uses in by_key.items():
-            name, slot = key
-            p = params[name]
-            if uses[0].kind == "grouped":
-                if len(uses) != 1:
-                    raise UnsupportedModelError(f"fused expert weight {name!r} is used more than once per forward")
-                gn = grouped_sq_norms(uses[0], B)
-                norms2_GB.index_put_((gn.pair_group, gn.pair_rec), gn.sq.to(torch.float64), accumulate=True)
-                grouped.append((uses[0], gn))
-                continue
-            shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
-            group = uses[0].group
-            if len(uses) == 1 and uses[0].kind in ("linear", "embedding") and prefer_ghost(uses[0], B):
-                sq = ghost_sq_norm(uses[0], B)
-                plans.append((key, group, "ghost", uses[0]))
-            else:
-                per = materialise(uses[0], B, shape)
-                for u in uses[1:]:
-                    per = per + materialise(u, B, shape)
-                sq = sq_norms(per)
-                plans.append((key, group, "mat", per))
-            norms2_GB[group] += sq.to(torch.float64)
+        norms2_GB = reducer.finish()
         nonfinite_B = ~torch.isfinite(norms2_GB).all(dim=0)
         norms_GB = norms2_GB.sqrt()
         C = C_G.to(device)[:, None]
@@ -217,18 +190,22 @@ class PerRecordEngine:
         c_GB = torch.where(nonfinite_B[None, :], torch.zeros_like(c_GB), c_GB)
         parts: dict[str, dict[int | None, torch.Tensor]] = defaultdict(dict)
         with torch.no_grad():
-            for (name, slot), group, how, obj in plans:
+            while reducer.items:
+                how, key, group, obj = reducer.items.pop()  # dropping each item as it is used lowers the peak
+                name, slot = key
                 p = params[name]
                 shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
-                if how == "ghost":
+                if how == "rows":
                     contrib = clipped_sum(obj, c_GB[group], B, shape)
-                else:
+                elif how == "per":
                     contrib = weighted_sum(obj, c_GB[group])
+                else:
+                    for e, c in grouped_clipped_sums(obj[0], obj[1], c_GB, p.shape[0]).items():
+                        parts[name][e] = c.to(p.dtype)
+                    continue
+                if slot in parts[name]:
+                    contrib = contrib + parts[name][slot]
                 parts[name][slot] = contrib.to(p.dtype)
-            for use, gn in grouped:
-                p = params[use.name]
-                for e, contrib in grouped_clipped_sums(use, gn, c_GB, p.shape[0]).items():
-                    parts[use.name][e] = contrib.to(p.dtype)
         sums = {name: _assemble(p, parts.get(name, {})) for name, p in params.items()}
         return norms_GB, c_GB, sums, nonfinite_B
 
@@ -311,6 +288,67 @@ class PerRecordEngine:
             _experts.ACTIVE.reset(token)
 
 
+class _Reducer:
+    """Per-use norm work, done as each use's output gradient arrives during the backward.
+
+    For each use it keeps only what the clipped sum will need, whichever is smaller: the rows
+    (A, G; ghost norm now, ``(c * G)^T A`` later) or the per-record gradients (materialised now,
+    A and G dropped). Parameters used more than once (tied weights) are materialised and summed
+    per record before squaring, since ghost norms are not additive across uses.
+    """
+
+    def __init__(self, tape: Tape, params, num_groups: int, num_records: int, device):
+        self.tape = tape
+        self.params = params
+        self.B = num_records
+        self.norms2_GB = torch.zeros(num_groups, num_records, dtype=torch.float64, device=device)
+        self.items: list[tuple[str, tuple[str, int | None], int, object]] = []
+        self.multi: dict[tuple[str, int | None], tuple[int, torch.Tensor]] = {}
+        self._counts: Counter | None = None
+
+    def _shape(self, use: Use) -> tuple[int, ...]:
+        p = self.params[use.name]
+        return tuple(p.shape[1:]) if use.slot is not None else tuple(p.shape)
+
+    def on_ready(self, use: Use) -> None:
+        if self._counts is None:  # the forward is complete once gradients flow
+            self._counts = Counter((u.name, u.slot) for u in self.tape.uses)
+        key, B = (use.name, use.slot), self.B
+        use.reduced = True
+        if use.kind == "grouped":
+            if self._counts[key] != 1:
+                raise UnsupportedModelError(f"fused expert weight {use.name!r} is used more than once per forward")
+            gn = grouped_sq_norms(use, B)
+            self.norms2_GB.index_put_((gn.pair_group, gn.pair_rec), gn.sq.to(torch.float64), accumulate=True)
+            if gn.per_pair is not None:
+                use.a = use.g = None
+            self.items.append(("grouped", key, -1, (use, gn)))
+            return
+        single = self._counts[key] == 1
+        if single and use.kind in ("linear", "embedding") and keep_rows(use, B):
+            self.norms2_GB[use.group] += ghost_sq_norm(use, B).to(torch.float64)
+            self.items.append(("rows", key, use.group, use))
+            return
+        per = materialise(use, B, self._shape(use))
+        use.a = use.g = use.per_record = None
+        if single:
+            self.norms2_GB[use.group] += sq_norms(per).to(torch.float64)
+            self.items.append(("per", key, use.group, per))
+        else:
+            group, prev = self.multi.get(key, (use.group, None))
+            self.multi[key] = (group, per if prev is None else prev + per)
+
+    def finish(self) -> torch.Tensor:
+        for use in self.tape.uses:
+            if not use.reduced and (use.g is not None or use.per_record is not None):
+                raise AssertionError(f"internal error: a use of {use.name!r} received a gradient but was not reduced")
+        for key, (group, per) in self.multi.items():
+            self.norms2_GB[group] += sq_norms(per).to(torch.float64)
+            self.items.append(("per", key, group, per))
+        self.multi = {}
+        return self.norms2_GB
+
+
 def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> torch.Tensor:
     """The full-shape clipped sum of one parameter from its whole-tensor or per-slot parts."""
     if None in parts:
@@ -340,7 +378,7 @@ def _table_compute_bias(module: nn.Module, name: str, tape: Tape):
             memory - context, bidirectional=not module.is_decoder,
             num_buckets=module.relative_attention_num_buckets, max_distance=module.relative_attention_max_distance,
         )
-        use = Use(name=name, slot=None, kind="table", group=tape.group(name, None))
+        use = Use(name=name, slot=None, kind="table", group=tape.group(name, None), on_ready=tape.on_ready)
         tape.uses.append(use)
         return TableFn.apply(bucket, weight, tape.num_records, use)
 

@@ -67,18 +67,22 @@ def _scatter_records(values_R: torch.Tensor, ids: torch.Tensor | None, num_recor
     return out
 
 
-def prefer_ghost(use: Use, num_records: int) -> bool:
-    """Ghost norm when ``m^2 (d_in + d_out) < m d_in d_out``, i.e. ``m (d_in + d_out) < d_in d_out``."""
+def keep_rows(use: Use, num_records: int) -> bool:
+    """Keep the rows (ghost norm now, ``(c G)^T A`` later) rather than per-record gradients?
+
+    Chooses the smaller of what must be kept until the clip factors are known: the rows,
+    ``n (d_in + d_out)`` numbers, or the per-record gradients, ``R d_in d_out`` (R records present).
+    Embeddings always keep rows (a per-record ``V x D`` gradient is never small).
+    """
     if use.kind == "embedding":
         return True
     n = use.a.shape[0]
     if use.rec is None:
-        m = use.rows_per_record or 0
+        r = num_records
     else:
         r = max(int(torch.unique_consecutive(use.rec).numel()), 1)
-        m = max(n // r, 1)
     d_in, d_out = use.a.shape[1], use.g.shape[1]
-    return m * (d_in + d_out) < d_in * d_out
+    return n * (d_in + d_out) < r * d_in * d_out
 
 
 def ghost_sq_norm(use: Use, num_records: int) -> torch.Tensor:
