@@ -13,9 +13,12 @@ For a batch of B records and groups g (``shared`` + ``expert/l/e``, or ``dense``
   every trainable parameter (fused expert weights hold each expert's sum in its slot).
 
 How (see :mod:`raptor.per_sample.capture` and :mod:`raptor.per_sample.norms`): every use of a
-trainable parameter is recorded during the forward (input rows, row -> record index), its output
-gradient rows are recorded by custom autograd Functions that return only input gradients, and
-norms and sums are formed after the single backward pass. Nothing is stored on ``nn.Parameter``
+trainable parameter is recorded during the forward (input rows, row -> record index); custom
+autograd Functions return only input gradients (autograd never forms the full weight gradients)
+and hand each use's output-gradient rows to a reducer during the single backward pass, which adds
+the use's per-record squared norms (ghost or materialised) and keeps the smaller of rows or
+per-record gradients; once the backward is done the clip factors are known and the clipped sums
+are formed from what was kept (book-keeping). Nothing is stored on ``nn.Parameter``
 (``.grad`` is never written); results are returned as values.
 
 Privacy: this module computes per-record quantities; it releases nothing. The clipped sums have

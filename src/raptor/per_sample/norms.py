@@ -6,7 +6,8 @@ gradient is ``G_r^T A_r`` and
     ||G_r^T A_r||_F^2 = sum_{t,s in r} (g_t . g_s) (a_t . a_s)          (ghost identity)
 
 which costs ``m^2 (d_in + d_out)`` per record instead of ``m d_in d_out`` (and no ``d_in x d_out``
-buffer per record). :func:`prefer_ghost` picks the cheaper per use. Embeddings use
+buffer per record). :func:`keep_rows` picks, per use, whichever of the rows or the per-record
+gradients is smaller to keep until the clip factors are known (rows -> ghost norm). Embeddings use
 ``sum_{t,s} [id_t = id_s] (g_t . g_s)``. Biases, norm scales and tables are materialised per
 record (they are small). Several uses of one parameter (tied weights) are materialised and summed
 before squaring, because ghost norms are not additive across uses.
