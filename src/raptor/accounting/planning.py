@@ -21,7 +21,7 @@ Calibration
     epsilon(m) decreases in m. We search m in [SIGMA_MIN, SIGMA_MAX] = [0.3, 1000] with a
     bracketing Illinois (regula falsi) iteration on (log m, log epsilon), always keeping the
     bracket end whose epsilon is <= target, and return that end: the plan is on the safe side.
-    Stage 0 finds a warm start with the (cheap, looser) RDP accountant to 2%. Stage 1 uses the PLD
+    Stage 0 finds a warm start with the cheap add/remove RDP accountant to 2% (only a start point). Stage 1 uses the PLD
     accountant at the coarse discretisation 1e-3 (a pessimistic upper bound, about 5x cheaper to
     build) and stops when target * (1 - 2e-3) <= epsilon <= target. Stage 2
     re-evaluates at the reported discretisation 2e-4 (the one the ledger uses) and refines until
@@ -347,18 +347,19 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
         s_s, s_e = _sigmas(m, streams, ratio or 0.5, num_layers)
         return _planned_runs(q, total_steps, s_s, s_e, num_layers, alternate)
 
-    def make_f(vdi: float, kind: str = accountant) -> Callable[[float], float]:
+    def make_f(vdi: float, kind: str = accountant, relation: str = adjacency) -> Callable[[float], float]:
         def f(m: float) -> float:
             return epsilon_of(canonical_counts(runs_for(m)), delta_value, accountant=kind,
-                              adjacency=adjacency, value_discretization_interval=vdi)
+                              adjacency=relation, value_discretization_interval=vdi)
         return f
 
     what = (f"q={q:.4g} (B={batch_size}, N={dataset_size}), T={total_steps} steps, delta={delta_value:.3g}, "
             f"{adjacency}, accountant={accountant}")
     try:
         if accountant == "pld":
-            # warm start: RDP is a looser bound, so its noise is a little above the PLD answer
-            rdp_f = make_f(VALUE_DISCRETIZATION_INTERVAL, "rdp")
+            # warm start only (no bound is taken from it): add/remove RDP is a little looser than the
+            # PLD answer for add/remove and close to it for replace-one (whose own RDP route is ~2x loose)
+            rdp_f = make_f(VALUE_DISCRETIZATION_INTERVAL, "rdp", "add-remove")
             quiet = _QuietRdpOrders()
             logging.getLogger("absl").addFilter(quiet)
             try:
