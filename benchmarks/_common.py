@@ -8,7 +8,8 @@ jobs it does not count the time this process waited for a core, so with one thre
 steadier of the two.
 
 Memory (Linux): the peak resident set size (RSS) *increase* of one step over the RSS just before
-it. Before each measured step the heap is trimmed (``malloc_trim(0)``, so freed pages retained by
+it. Memory is measured after the timed rounds, with glibc's mmap threshold fixed at 64 KiB (see
+:func:`fix_mmap_threshold`) so that freed tensors leave the RSS at once. Before each measured step the heap is trimmed (``malloc_trim(0)``, so freed pages retained by
 glibc are returned to the OS and must be faulted in again) and the kernel's high-water mark is
 reset (``echo 5 > /proc/self/clear_refs``, Linux >= 4.0); the increase is ``VmHWM - VmRSS``
 read from ``/proc/self/status``. This sees every allocation (torch's CPU allocator, oneDNN
@@ -46,6 +47,25 @@ def trim_heap() -> None:
     libc = _libc()
     if libc and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+def fix_mmap_threshold(nbytes: int = 64 * 1024) -> bool:
+    """Serve every allocation of ``nbytes`` or more with its own ``mmap`` (glibc ``mallopt``).
+
+    glibc raises its mmap threshold dynamically (up to 32 MiB) as large blocks are freed, after
+    which tensors come from the heap and freed pages may or may not stay resident: the RSS peak of
+    a step then depends on allocation history (we saw +-15 % between identical runs). With a fixed
+    threshold, large blocks are unmapped when freed, so RSS follows live memory. Call it after the
+    timed rounds (it changes allocation speed) and before measuring memory. Returns False where
+    ``mallopt`` is not available.
+    """
+    libc = _libc()
+    if not libc or not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(nbytes)))
 
 
 def _status_kb(field: str) -> int | None:
@@ -86,6 +106,56 @@ def peak_increase_bytes(step: Callable[[], object]) -> tuple[int, str]:
     step()
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return max(after - before, 0) * 1024, "ru_maxrss"
+
+
+def peak_tensor_bytes(step: Callable[[], object]) -> int:
+    """Peak bytes of tensor storage allocated by ``step()`` and alive at the same time.
+
+    A ``TorchDispatchMode`` sees every ATen op of the step, its backward included; each new output
+    storage is counted when it appears and uncounted when it is freed (a weakref finaliser on
+    the storage object, which torch keeps alive as long as the storage). Storages that existed
+    before the step (parameters, buffers, inputs, in-place outputs) are not counted. Unlike RSS it
+    does not depend on the allocator's history, so it is exactly reproducible; it misses memory
+    that is not tensor storage (allocator slack, oneDNN scratch, Python objects).
+    """
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class _LiveBytes(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = 0
+            self.peak = 0
+            self.sizes: dict[int, int] = {}
+
+        def _free(self, key: int) -> None:
+            self.live -= self.sizes.pop(key, 0)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            before = {id(t.untyped_storage()) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            out = func(*args, **kwargs)
+            for t in tree_leaves(out):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = id(storage)
+                if key in before or key in self.sizes or storage.nbytes() == 0:
+                    continue
+                self.sizes[key] = storage.nbytes()
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(storage, self._free, key)
+            return out
+
+    gc.collect()
+    mode = _LiveBytes()
+    with mode:
+        step()
+    return mode.peak
 
 
 def rss_bytes() -> int:

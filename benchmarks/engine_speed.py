@@ -109,6 +109,22 @@ def _batch(cfg: Config):
     return {"input_ids": ids_BT, "attention_mask": mask_BT, "labels": labels_B}
 
 
+def _measure_memory(steps: dict[str, Callable[[], object]], clear: Callable[[], None]) -> tuple[int, dict[str, int], str]:
+    """Baseline RSS and peak RSS increase per step (after the timed rounds; fixed mmap threshold)."""
+    fixed = _common.fix_mmap_threshold()
+    for step in steps.values():  # one round under the fixed threshold before measuring
+        step()
+    clear()
+    _common.trim_heap()
+    base_rss = _common.rss_bytes()
+    peaks, method = _memory(steps, clear)
+    for name, step in steps.items():
+        clear()
+        peaks[f"{name}_tensor"] = _common.peak_tensor_bytes(step)
+    clear()
+    return base_rss, peaks, method + ("+mmap64k" if fixed else "")
+
+
 def _memory(steps: dict[str, Callable[[], object]], clear: Callable[[], None]) -> tuple[dict[str, int], str]:
     """Peak RSS increase per step: ABBA order, the larger of two measurements each."""
     names = list(steps)
@@ -203,9 +219,12 @@ def _result(cfg: Config, times: dict[str, dict[str, list[float]]], peaks: dict[s
         "time_ratio_paired": _common.summary(paired)["median"] if paired else None,
         "cpu_time_ratio": ce["median"] / cp["median"] if cp["median"] > 0 else None,
         "mem_bytes": {"plain_peak_increase": mp, "private_peak_increase": me, "baseline_rss": base_rss,
-                      "method": method},
+                      "method": method, "plain_peak_tensor": peaks.get("plain_tensor"),
+                      "private_peak_tensor": peaks.get("private_tensor")},
         "mem_ratio": (me / mp) if mp > 0 else None,
         "mem_ratio_total": (base_rss + me) / (base_rss + mp) if base_rss + mp > 0 else None,
+        "mem_ratio_tensor": (peaks["private_tensor"] / peaks["plain_tensor"]
+                             if peaks.get("plain_tensor") else None),
     }
     out.update(extra)
     return out
@@ -289,15 +308,12 @@ def moe_worker(cfg: Config) -> dict:
             raise RuntimeError(f"{cfg.label}: {result.num_nonfinite} non-finite records in a benchmark batch")
 
     steps = {"plain": plain_step, "private": engine_step}
-    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clocks=CLOCKS)
+    times = _common.run_interleaved(steps, warmup=cfg.warmup, reps=cfg.reps, clocks=CLOCKS)
+    plain_rounds, engine_rounds, reduce_rounds = (list(c.rounds[-cfg.reps:]) for c in
+                                                  (plain_phases, engine_phases, reduce_parts))
     clear()
-    _common.trim_heap()
-    base_rss = _common.rss_bytes()
-    peaks, method = _memory(steps, clear)
-    plain_phases.rounds.clear()
-    engine_phases.rounds.clear()
-    reduce_parts.rounds.clear()
-    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clocks=CLOCKS)
+    base_rss, peaks, method = _measure_memory(steps, clear)
+    plain_phases.rounds, engine_phases.rounds, reduce_parts.rounds = plain_rounds, engine_rounds, reduce_rounds
     extra = {
         "kind": "raptor_engine",
         "num_params": sum(p.numel() for p in params),
@@ -403,12 +419,9 @@ def opacus_worker(cfg: Config) -> dict:
         optimizer.pre_step()  # per-sample norms, clipping, clipped sum, (zero) noise into p.grad
 
     steps = {"plain": plain_step, "private": opacus_step}
-    _common.run_interleaved(steps, warmup=cfg.warmup, reps=0, clocks=CLOCKS)
+    times = _common.run_interleaved(steps, warmup=cfg.warmup, reps=cfg.reps, clocks=CLOCKS)
     clear()
-    _common.trim_heap()
-    base_rss = _common.rss_bytes()
-    peaks, method = _memory(steps, clear)
-    times = _common.run_interleaved(steps, warmup=0, reps=cfg.reps, clocks=CLOCKS)
+    base_rss, peaks, method = _measure_memory(steps, clear)
     extra = {"kind": "opacus_dense", "num_params": sum(p.numel() for p in plain_model.parameters()),
              "dense_mlp_width": cfg.top_k * cfg.expert_intermediate}
     clear()
@@ -461,6 +474,7 @@ def _row(r: dict) -> dict:
     row.update(plain_s=t["plain"]["median"], plain_iqr=t["plain"]["iqr"], private_s=t["private"]["median"],
                private_iqr=t["private"]["iqr"], time_ratio=r["time_ratio"], cpu_ratio=r.get("cpu_time_ratio"),
                paired_ratio=r.get("time_ratio_paired"), mem_ratio=r["mem_ratio"],
+               mem_tensor=r.get("mem_ratio_tensor"),
                mem_total=r["mem_ratio_total"],
                mem_plain_mb=r["mem_bytes"]["plain_peak_increase"] / 2**20,
                mem_private_mb=r["mem_bytes"]["private_peak_increase"] / 2**20)
@@ -471,6 +485,7 @@ COLUMNS = (("family", "family"), ("E", "E"), ("T", "T"), ("B", "B"), ("plain_s",
            ("private_s", "private s"), ("private_iqr", "iqr"), ("time_ratio", "time x"),
            ("paired_ratio", "paired x"), ("cpu_ratio", "cpu x"),
            ("mem_plain_mb", "plain MB"), ("mem_private_mb", "private MB"), ("mem_ratio", "mem x"),
+           ("mem_tensor", "tensor mem x"),
            ("mem_total", "mem total x"), ("error", "error"))
 
 

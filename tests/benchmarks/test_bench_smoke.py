@@ -30,8 +30,11 @@ def _check_result(r: dict, kind: str) -> None:
     assert r["time_ratio_paired"] > 0 and r["cpu_time_ratio"] > 0
     assert set(r["cpu_s"]) == {"plain", "private"}
     mem = r["mem_bytes"]
-    assert mem["method"] in ("vmhwm-reset", "ru_maxrss")
+    assert mem["method"].split("+")[0] in ("vmhwm-reset", "ru_maxrss")
     assert mem["plain_peak_increase"] >= 0 and mem["private_peak_increase"] >= 0 and mem["baseline_rss"] >= 0
+    # tensor bytes: a training step allocates activations and gradients, so both peaks are positive
+    assert mem["plain_peak_tensor"] > 0 and mem["private_peak_tensor"] > 0
+    assert math.isclose(r["mem_ratio_tensor"], mem["private_peak_tensor"] / mem["plain_peak_tensor"])
     assert r["num_params"] > 0
 
 
@@ -81,3 +84,21 @@ def test_interleaving_and_summary(bench):
 
 def test_bench_rejects_bad_threads():
     assert main(["bench", "--threads", "0"]) == 2
+
+
+def test_peak_tensor_bytes_counts_live_storage(bench):
+    import torch
+
+    import _common
+
+    x = torch.randn(256, 256, requires_grad=True)  # exists before the step: not counted
+    mb = 256 * 256 * 4
+
+    def step():
+        y = (x @ x).relu()  # x@x freed once relu's output exists: peak 2 matrices here
+        z = y @ x
+        z.sum().backward()  # grads of y and x (x.grad stays) on top of y, z
+
+    peak = _common.peak_tensor_bytes(step)
+    assert 2 * mb <= peak <= 7 * mb
+    assert _common.peak_tensor_bytes(lambda: torch.zeros(1000)) == 4000
