@@ -1,7 +1,7 @@
 """Print the epsilon spent by T Poisson-subsampled Gaussian releases (q, sigma) at a given delta.
 
 The release is the RAPTOR step as one mechanism: pass sigma_eff = (1/sigma_s^2 + L/sigma_e^2)^(-1/2)
-for a joint step (see ``raptor plan``). Accountant: PLD (primary, value discretisation 1e-4) or RDP.
+for a joint step (see ``raptor plan``). Accountant: PLD (primary, value discretisation 2e-4) or RDP.
 """
 
 from __future__ import annotations
