@@ -109,6 +109,9 @@ def test_following_a_plan_ends_exactly_at_the_plans_epsilon():
     assert len(ledger) == plan.steps
     assert ledger.epsilon(plan.delta) == plan.epsilon <= plan.target_epsilon
     assert ledger.epsilon(plan.delta, planned=True) == plan.epsilon
+    assert ledger.delta(plan.epsilon, planned=True) <= plan.delta * (1 + 1e-9)
+    assert ledger.delta(plan.epsilon, planned=True) == ledger.delta(plan.epsilon)
+    assert len(ledger.dp_event(planned=True).events) == len(plan.planned_runs()) == 2
     assert [r.label for r in ledger.executed][:4] == ["shared", "expert", "shared", "expert"]
     # going past the plan with a too-small budget is refused
     with pytest.raises(BudgetExceededError):
