@@ -115,8 +115,9 @@ def peak_tensor_bytes(step: Callable[[], object]) -> int:
     storage is counted when it appears and uncounted when it is freed (a weakref finaliser on
     the storage object, which torch keeps alive as long as the storage). Storages that existed
     before the step (parameters, buffers, inputs, in-place outputs) are not counted. Unlike RSS it
-    does not depend on the allocator's history, so it is exactly reproducible; it misses memory
-    that is not tensor storage (allocator slack, oneDNN scratch, Python objects).
+    does not depend on the allocator's history, so it is exactly reproducible; it is a lower bound:
+    it misses scratch that a kernel allocates and frees inside one op (those allocations do not pass
+    the Python dispatch key), allocator slack and non-tensor memory.
     """
     import weakref
 

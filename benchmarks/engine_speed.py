@@ -11,8 +11,9 @@ For every family and configuration it measures, in one process:
 
 after ``--warmup`` untimed rounds, ``--reps`` timed rounds in ABBA order; it reports the median
 and IQR of each and ``time_ratio = median(engine) / median(plain)``. The engine's time is split
-into phases (forward, loss, backward, reduce = norms + clipping + clipped sums) by wrapping the
-model's forward, ``torch.autograd.backward`` and the engine's ``_reduce`` (benchmark-only
+into phases (forward, loss, backward, reduce) by wrapping the model's forward,
+``torch.autograd.backward`` and the engine's ``_reduce``, and the time inside each
+``raptor.per_sample.norms`` helper is summed per use kind wherever it runs (benchmark-only
 instrumentation; the engine is not modified).
 
 Peak memory: the peak RSS increase of one step over the RSS just before it, heap trimmed and the
@@ -73,7 +74,7 @@ class Config:
     batch_size: int = 16
     seq_len: int = 128
     warmup: int = 1
-    reps: int = 5
+    reps: int = 4
     threads: int = 2
     seed: int = 0
     clip_norm: float = 1.0
@@ -190,9 +191,10 @@ class _PhaseClock:
 
         return timed
 
-    def close_round(self, total: float) -> None:
+    def close_round(self, total: float | None) -> None:
         row = dict(self.current)
-        row["other"] = total - sum(row.values())
+        if total is not None:
+            row["other"] = total - sum(row.values())
         self.rounds.append(row)
         self.current = defaultdict(float)
         self.last_calls = dict(self.calls)
@@ -277,8 +279,9 @@ def moe_worker(cfg: Config) -> dict:
     original_loss = engine.loss_fn
     original_reduce = getattr(engine, "_reduce", None)
 
-    # The reduce step's helpers (functions of raptor.per_sample.norms, looked up as globals of the
-    # engine module), timed per use kind.
+    # The norm / clipped-sum helpers (functions of raptor.per_sample.norms, looked up as globals of
+    # the engine module), timed per use kind wherever they run (in the backward, through the
+    # engine's per-use reducer, or in the final reduce).
     reduce_helpers = {n: f for n, f in vars(engine_module).items()
                       if callable(f) and getattr(f, "__module__", "") == "raptor.per_sample.norms"}
     reduce_parts = _PhaseClock()
@@ -302,7 +305,7 @@ def moe_worker(cfg: Config) -> dict:
                 del engine._reduce
             for n, fn in reduce_helpers.items():
                 setattr(engine_module, n, fn)
-        reduce_parts.close_round(engine_phases.current.get("reduce", 0.0))
+        reduce_parts.close_round(None)
         engine_phases.close_round(time.perf_counter() - t0)
         if result.num_nonfinite:
             raise RuntimeError(f"{cfg.label}: {result.num_nonfinite} non-finite records in a benchmark batch")
@@ -319,8 +322,8 @@ def moe_worker(cfg: Config) -> dict:
         "num_params": sum(p.numel() for p in params),
         "num_groups": len(engine.group_keys),
         "phases_s": {"plain": plain_phases.medians(), "private": engine_phases.medians()},
-        "reduce_breakdown_s": reduce_parts.medians(),
-        "reduce_calls": reduce_parts.last_calls,
+        "helpers_s": reduce_parts.medians(),
+        "helpers_calls": reduce_parts.last_calls,
     }
     if cfg.profile:
         extra["profile"] = {"plain": _profile(plain_step), "private": _profile(lambda: engine.compute(batch, clip))}
@@ -561,8 +564,8 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
                    help="families for the E and T sweeps (default: switch_transformers olmoe; quick: none)")
     p.add_argument("--experts", nargs="+", type=int, default=None, help="E sweep (default 4 8 16 32; quick 2 4)")
     p.add_argument("--seq-lens", nargs="+", type=int, default=None, help="T sweep (default 32 64 128; quick 8 16)")
-    p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 5; quick 3)")
-    p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 3)")
+    p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 4; quick 2)")
+    p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 2)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every worker (default 1)")
     p.add_argument("--profile", nargs="*", default=None, metavar="FAMILY",
@@ -580,7 +583,7 @@ def configs_from_args(args: argparse.Namespace) -> list[Config]:
     return plan(quick=quick, families=args.families, sweep_families=sweep,
                 experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32]),
                 seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128]),
-                warmup=args.warmup, reps=args.reps or (3 if quick else 5), sweep_reps=args.sweep_reps or 3,
+                warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or 2,
                 threads=args.threads, profile=profile, opacus=not args.no_opacus)
 
 

@@ -51,7 +51,8 @@ def test_quick_run_schema(bench, tmp_path):
         _check_result(r, "raptor_engine")
         assert {"forward", "backward", "reduce", "other"} <= set(r["phases_s"]["private"])
         assert {"forward", "backward"} <= set(r["phases_s"]["plain"])
-        assert "other" in r["reduce_breakdown_s"] and sum(r["reduce_calls"].values()) > 0
+        assert r["helpers_s"] and sum(r["helpers_calls"].values()) > 0
+        assert set(r["helpers_s"]) == set(r["helpers_calls"])
     assert results[1]["config"]["num_experts"] == 2 and results[2]["config"]["seq_len"] == 8
     assert results[0]["num_groups"] == 1 + 2 * 4  # shared + (2 layers x 4 experts)
     prof = results[0]["profile"]["private"]

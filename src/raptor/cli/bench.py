@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), metavar="FAMILY",
                         help=f"families to run (default: all: {', '.join(FAMILIES)})")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every run (default 1)")
-    parser.add_argument("--reps", type=int, default=None, help="timed rounds per configuration (default 3; full 5)")
+    parser.add_argument("--reps", type=int, default=None, help="timed rounds per configuration (default 2; full 4)")
     parser.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")
     parser.add_argument("--subprocess", action="store_true",
                         help="run each configuration in a fresh interpreter (always on with --full)")
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     configs = bench.plan(
         quick=quick, families=args.families,
         sweep_families=[] if quick else [f for f in ("switch_transformers", "olmoe") if f in args.families],
-        experts=[4, 8, 16, 32], seq_lens=[32, 64, 128], warmup=1, reps=args.reps or (3 if quick else 5),
-        sweep_reps=3, threads=args.threads, profile=[] if quick else args.families, opacus=not args.no_opacus,
+        experts=[4, 8, 16, 32], seq_lens=[32, 64, 128], warmup=1, reps=args.reps or (2 if quick else 4),
+        sweep_reps=2, threads=args.threads, profile=[] if quick else args.families, opacus=not args.no_opacus,
     )
     to_stdout = args.json == "-"
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if to_stdout else (lambda s: print(s, flush=True))
