@@ -21,3 +21,10 @@ def test_check_cli_fails_with_impossible_tolerance(capsys):
                "--tolerance", "-1"])
     assert rc == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_check_cli_float32_table(capsys):
+    rc = main(["check", "qwen3_moe", "--dtype", "float32", "--grouping", "dense", "--no-lora", "--batch-size", "3",
+               "--seq-len", "6"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "float32 tiny model" in out and "PASS" in out

@@ -35,3 +35,9 @@ def test_switch_lora_on_experts_lands_in_expert_groups():
     assert report.passed, report
     # LoRA on wi/wo of the trained layer gives every expert group parameters
     assert report.num_groups == 1 + 4
+
+
+@pytest.mark.parametrize("family", ["switch_transformers", "qwen2_moe", "deepseek_v3"])
+def test_engine_matches_reference_in_float32(family):
+    report = check_family(family, grouping="roles", batch_size=4, seq_len=8, seed=7, dtype="float32")
+    assert report.passed, report

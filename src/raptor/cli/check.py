@@ -1,6 +1,6 @@
 """Check the per-record engine against the one-record-at-a-time reference on a tiny model.
 
-``raptor check FAMILY [--json]`` builds the family's tiny float64 model, runs the engine and the
+``raptor check FAMILY [--json]`` builds the family's tiny model (float64 by default), runs the engine and the
 slow reference on a synthetic batch (an empty record included, clipping active on some records),
 and prints the maximum relative errors of per-record norms, clipped sums and losses for roles and
 dense grouping, with and without LoRA. Exit status 0 when every comparison is within the
@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic model and batch")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max relative error (default 1e-4)")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="precision of the tiny model (default float64: exact comparison)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     loras = (False,) if args.no_lora else (False, True)
     reports = [
         check_family(args.family, grouping=g, lora=lora, batch_size=args.batch_size, seq_len=args.seq_len,
-                     seed=args.seed, tolerance=args.tolerance)
+                     seed=args.seed, tolerance=args.tolerance, dtype=args.dtype)
         for lora in loras for g in groupings
     ]
     passed = all(r.passed for r in reports)
@@ -41,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"family": args.family, "passed": passed, "checks": [r.to_dict() for r in reports]},
                          indent=2))
     else:
-        print(f"raptor check {args.family} (tolerance {args.tolerance:g}, float64 tiny model)")
+        print(f"raptor check {args.family} (tolerance {args.tolerance:g}, {args.dtype} tiny model)")
         print(f"{'grouping':<8} {'lora':<5} {'norms':>9} {'sums':>9} {'loss':>9} {'owners':>6} {'clipped':>8}  result")
         for r in reports:
             print(f"{r.grouping:<8} {str(r.lora):<5} {r.max_rel_norm_error:9.2e} {r.max_rel_sum_error:9.2e} "

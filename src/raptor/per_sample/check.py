@@ -70,11 +70,18 @@ def synthetic_batch(vocab_size: int, batch_size: int, seq_len: int, generator: t
 
 
 def clip_norms_between(result: EngineResult) -> dict:
-    """Per group: the midpoint of the smallest and largest positive finite per-record norm (1.0 if none)."""
+    """Per group: the midpoint of the smallest and largest positive finite per-record norm, so that
+    some records are clipped and some are not; half the norm when one record has a positive norm
+    (it is clipped); 1.0 when none has."""
     out = {}
     for key, norms in result.norms.items():
         v = norms[torch.isfinite(norms) & (norms > 0)]
-        out[key] = float((v.min() + v.max()) / 2) if v.numel() else 1.0
+        if v.numel() == 0:
+            out[key] = 1.0
+        elif float(v.min()) == float(v.max()):
+            out[key] = float(v.min()) / 2
+        else:
+            out[key] = float((v.min() + v.max()) / 2)
     return out
 
 
@@ -147,12 +154,17 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
 
 
 def check_family(family: str, *, grouping: str = "roles", lora: bool = False, batch_size: int = 5,
-                 seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4) -> CheckReport:
-    """Build the family's tiny float64 model and compare the engine with the reference."""
+                 seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4, dtype: str = "float64") -> CheckReport:
+    """Build the family's tiny model (``dtype`` float64 or float32) and compare the engine with the reference."""
+    from raptor.errors import ConfigError
     from raptor.moe.models import build_model
 
+    if dtype not in ("float64", "float32"):
+        raise ConfigError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     generator = torch.Generator().manual_seed(seed)
-    model = to_float64(build_model(family, generator=generator))
+    model = build_model(family, generator=generator)
+    if dtype == "float64":
+        model = to_float64(model)
     layers = [info.index for info in _layers(model)]
     trained = layers[-1:]
     if lora:
