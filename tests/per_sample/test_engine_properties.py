@@ -231,3 +231,29 @@ def test_peft_lora_on_fused_expert_parameters_is_refused_loudly():
         PerRecordEngine(peft_model, trained_layers=[0, 1], grouping="roles")
     with pytest.raises(UnsupportedModelError, match="target_parameters"):
         PerRecordEngine(peft_model, grouping="dense")
+
+
+class _TiedHead(nn.Module):
+    """Logits from the input-embedding matrix (a tied LM head), first K vocabulary rows as labels."""
+
+    def __init__(self, embedding: nn.Embedding, num_labels: int):
+        super().__init__()
+        self.embedding = embedding
+        self.num_labels = num_labels
+
+    def forward(self, x):
+        return F.linear(x, self.embedding.weight)[..., : self.num_labels]
+
+
+def test_tied_embedding_matches_reference(inf_clip):
+    model = tiny("qwen3_moe")
+    model.score = _TiedHead(model.get_input_embeddings(), 2)
+    engine = PerRecordEngine(model, trained_layers=[1], grouping="roles")
+    batch = batch_for(model, batch_size=4)
+    clip = clip_norms_between(engine.compute(batch, inf_clip(engine)))
+    res = engine.compute(batch, clip)
+    ref = reference_compute(model, batch, clip, [1], "roles")
+    for k in engine.group_keys:
+        torch.testing.assert_close(res.norms[k], ref.norms[k], rtol=1e-8, atol=1e-12)
+    name = "model.embed_tokens.weight"
+    assert _max_rel(res.clipped_sums[name], ref.clipped_sums[name]) < 1e-8
