@@ -130,11 +130,14 @@ def freeze_untrained_experts(model: nn.Module, trained_layers: Sequence[int]) ->
 
 
 def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> nn.Module:
-    """PEFT LoRA on the attention projections (and Switch expert ``wi``/``wo``), random A and B.
+    """LoRA on attention and experts, random A and B: PEFT on the attention projections (and on
+    Switch's expert ``wi``/``wo`` Linear layers), raptor's per-expert LoRA on fused experts.
 
     Only LoRA parameters stay trainable (PEFT freezes the base weights).
     """
     from peft import LoraConfig, get_peft_model
+
+    from raptor.moe.expert_lora import add_expert_lora
 
     model_type = model.config.model_type
     if model_type == "switch_transformers":
@@ -146,9 +149,11 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
                         init_lora_weights=False)
     peft_model = get_peft_model(model, config)
+    if model_type != "switch_transformers":  # after PEFT, which freezes every parameter it did not add
+        add_expert_lora(peft_model, rank=rank, alpha=2 * rank, generator=generator)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
-            if "lora_" in name:
+            if "lora_" in name and p.requires_grad:
                 p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64).mul_(0.1).to(p.dtype))
     return peft_model
 

@@ -108,9 +108,9 @@ class PerRecordEngine:
         for info in self.layers:
             if info.fused and not hasattr(type(info.experts), "_apply_gate"):
                 raise UnsupportedModelError(
-                    f"the experts of MoE layer {info.index} are wrapped by {type(info.experts).__name__}; LoRA on "
-                    "fused 3-D expert parameters (PEFT target_parameters) is not supported by the engine yet: put "
-                    "LoRA on attention / shared layers, or train the expert weights directly"
+                    f"the experts of MoE layer {info.index} are wrapped by {type(info.experts).__name__}; PEFT LoRA "
+                    "on fused 3-D expert parameters (target_parameters) is not supported by the engine: use "
+                    "raptor.moe.expert_lora.add_expert_lora for per-expert LoRA on fused experts"
                 )
         self.group_map: GroupMap = build_group_map(
             model, [info.expert_params() for info in self.layers], trained_layers=self.trained_layers,

@@ -69,12 +69,23 @@ def _context(state: LayerState, owner_B: torch.Tensor, tok: torch.Tensor, e: int
     return RowContext(rec=rec, layer=state.layer, expert=e, keep=keep)
 
 
+def has_expert_lora(experts) -> bool:
+    """True when :func:`raptor.moe.expert_lora.add_expert_lora` gave these fused experts LoRA factors."""
+    return getattr(experts, "gate_up_proj_lora_A", None) is not None
+
+
 def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                            top_k_weights: torch.Tensor) -> torch.Tensor:
-    """Fused experts forward that records per-expert uses of ``gate_up_proj`` / ``down_proj``."""
+    """Fused experts forward that records per-expert uses of ``gate_up_proj`` / ``down_proj``.
+
+    With raptor's per-expert LoRA factors (``{gate_up,down}_proj_lora_{A,B}``, see
+    :mod:`raptor.moe.expert_lora`) each projection is ``x W[e]^T + s (x A[e]^T) B[e]^T``; outside
+    an engine call this is computed with plain autograd (it is also the reference's path).
+    """
     call = ACTIVE.get()
     state = None if call is None else call.layers.get(id(self))
-    if state is None:
+    lora = has_expert_lora(self)
+    if state is None and not lora:
         if hidden_states.dtype == torch.float64:
             return batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
@@ -86,18 +97,9 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
         )
     hidden_ND = hidden_states
     N = hidden_ND.shape[0]
-    B = state.records
-    T = N // B if B else 0
-    if B * T != N:
-        raise UnsupportedModelError(f"experts got {N} tokens, not a multiple of the batch size {B}")
-    owner_B = owners_from_topk(top_k_index, top_k_weights, state.token_mask_N, num_records=B,
-                               num_experts=state.num_experts)
-    call.owners[state.layer] = owner_B
-    tape = call.tape
-    gu_tracked = tape is not None and tape.name_of(self.gate_up_proj) is not None
-    down_tracked = tape is not None and tape.name_of(self.down_proj) is not None
     K = top_k_index.shape[1]
     E = self.num_experts
+    tape, keep, layer = None, None, -1
     # Sort the (token, slot) pairs by expert; the stable sort keeps tokens (so records) ascending.
     expert_S, perm = torch.sort(top_k_index.reshape(-1), stable=True)
     valid = (expert_S >= 0) & (expert_S < E)
@@ -105,24 +107,38 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
         expert_S, perm = expert_S[valid], perm[valid]
     tok_S = perm // K
     counts = torch.bincount(expert_S, minlength=E).tolist()
-    rec_S = tok_S // max(T, 1)
-    keep = None
-    if state.mask_owners:
-        keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+    rec_S = tok_S
+    if state is not None:
+        B = state.records
+        T = N // B if B else 0
+        if B * T != N:
+            raise UnsupportedModelError(f"experts got {N} tokens, not a multiple of the batch size {B}")
+        owner_B = owners_from_topk(top_k_index, top_k_weights, state.token_mask_N, num_records=B,
+                                   num_experts=state.num_experts)
+        call.owners[state.layer] = owner_B
+        tape, layer = call.tape, state.layer
+        rec_S = tok_S // max(T, 1)
+        if state.mask_owners:
+            keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+
+    def project(x_S: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if tape is not None and tape.name_of(weight) is not None:
+            return grouped_linear_use(tape, x_S, weight, counts, rec_S, expert_S, keep, layer)
+        return _plain_grouped(x_S, weight, counts)
+
+    def projection(x_S: torch.Tensor, name: str) -> torch.Tensor:
+        out = project(x_S, getattr(self, name))
+        if lora:
+            z = project(x_S, getattr(self, f"{name}_lora_A"))
+            out = out + self.raptor_lora_scaling * project(z, getattr(self, f"{name}_lora_B"))
+        return out
+
     x_S = hidden_ND.index_select(0, tok_S)
-    if gu_tracked:
-        gate_up = grouped_linear_use(tape, x_S, self.gate_up_proj, counts, rec_S, expert_S, keep, state.layer)
-    else:
-        gate_up = _plain_grouped(x_S, self.gate_up_proj, counts)
-    h = self._apply_gate(gate_up)
-    if down_tracked:
-        y = grouped_linear_use(tape, h, self.down_proj, counts, rec_S, expert_S, keep, state.layer)
-    else:
-        y = _plain_grouped(h, self.down_proj, counts)
+    h = self._apply_gate(projection(x_S, "gate_up_proj"))
+    y = projection(h, "down_proj")
     w_S = top_k_weights.reshape(-1).index_select(0, perm)
     y = y * w_S.unsqueeze(-1).to(y.dtype)
-    out_ND = torch.zeros_like(hidden_ND).index_add(0, tok_S, y.to(hidden_ND.dtype))
-    return out_ND
+    return torch.zeros_like(hidden_ND).index_add(0, tok_S, y.to(hidden_ND.dtype))
 
 
 def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:

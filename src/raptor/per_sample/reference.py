@@ -24,6 +24,7 @@ from torch import nn
 from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.per_sample.engine import EngineResult, _batch_parts, cross_entropy_per_record
+from raptor.per_sample.experts import has_expert_lora
 from raptor.roles.groups import GroupKey, build_group_map
 
 
@@ -141,8 +142,10 @@ def reference_compute(
                     else:
                         sums[s.name][s.index] += c * grad[s.name][s.index]
 
-    # The library's own per-expert loop ("eager") is the plain path for fused experts.
-    configs = {id(i.experts.config): i.experts.config for i in layers if i.fused}
+    # The library's own per-expert loop ("eager") is the plain path for fused experts; experts with
+    # raptor's per-expert LoRA keep the "raptor" implementation, which is plain autograd outside an
+    # engine call (the library's loop does not know the LoRA factors).
+    configs = {id(i.experts.config): i.experts.config for i in layers if i.fused and not has_expert_lora(i.experts)}
     saved = {k: c._experts_implementation_internal for k, c in configs.items()}
     for c in configs.values():
         c._experts_implementation_internal = "eager"
