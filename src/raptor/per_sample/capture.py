@@ -10,19 +10,21 @@ bias       ``y = ... + b``                       ``sum_{t in r} g_t``
 embedding  ``y = W[id]``                         ``sum_{t in r} e_{id_t} g_t^T``
 scale      ``y = w * x`` (norm weights)           ``sum_{t in r} g_t * x_t``
 table      Switch relative-attention bias         scatter of the record's bias-gradient
+grouped    ``y = a W[e]^T`` for all expert slots  per (expert, record) ``sum g_t a_t^T``
 =========  ====================================  =======================================
 
 Each use stores its input rows ``a`` (detached), a row -> record index and, after the backward,
 its output-gradient rows ``g``. The ops run through custom autograd Functions that return only
-the input gradient, so autograd never computes the (discarded) full weight gradients; the
-engine forms per-record norms and the clipped sums from ``a`` and ``g`` afterwards.
+the input gradient, so autograd never computes the (discarded) full weight gradients; each use
+is handed to the engine's reducer (``Use.on_ready``) as soon as its output gradient arrives.
 
 Interception: a :class:`torch.overrides.TorchFunctionMode` active during the forward redirects
 ``F.linear``, ``F.embedding`` and ``Tensor.__mul__`` calls whose weight is a trainable parameter
 (or a dtype cast of one). Any *other* differentiable op on a trainable parameter raises
 :class:`UnsupportedModelError` naming the parameter: nothing is skipped silently. Fused experts
 come in through the ``"raptor"`` experts implementation (see ``raptor.per_sample.experts``), which
-calls :func:`linear_use` with an explicit row -> record index and expert slot.
+calls :func:`grouped_linear_use`: one use per fused weight covering every expert slot, with an
+explicit row -> record index and expert per row.
 
 Row -> record index for intercepted ops: inside an expert dispatch context the rows are the
 context's tokens; otherwise an input of shape ``[B, ...rest, d]`` maps rows to records along dim
@@ -184,17 +186,6 @@ class Tape:
             )
         use = self.new_use(name, None, "scale", tuple(x.shape[:-1]), x.detach().reshape(-1, x.shape[-1]))
         return _ScaleFn.apply(x, weight, use)
-
-
-def linear_use(tape: Tape, x: torch.Tensor, weight_param: torch.Tensor, slot: int, ctx: RowContext) -> torch.Tensor:
-    """``F.linear(x, weight_param[slot])`` recorded as a use of slot ``slot`` with rows ``ctx``."""
-    name = tape.name_of(weight_param)
-    tape.contexts.append(ctx)
-    try:
-        use = tape.new_use(name, slot, "linear", (x.shape[0],), x.detach())
-    finally:
-        tape.contexts.pop()
-    return _LinearFn.apply(x, weight_param, None, use, None, slot)
 
 
 def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weight_param: torch.Tensor, counts: list[int],
