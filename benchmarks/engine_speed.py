@@ -508,8 +508,14 @@ def _engine_revision() -> dict:
         proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else None
 
+    import hashlib
+
     status = git("status", "--porcelain", "--", "src/raptor/per_sample", "src/raptor/moe", "src/raptor/roles")
-    return {"commit": git("rev-parse", "HEAD"), "engine_sources_modified": None if status is None else bool(status)}
+    digest = hashlib.sha256()
+    for path in sorted((root / "src" / "raptor").glob("per_sample/*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return {"commit": git("rev-parse", "HEAD"), "engine_sources_modified": None if status is None else bool(status),
+            "per_sample_sha256": digest.hexdigest()[:16]}
 
 
 def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeout: float = 600.0,
