@@ -178,7 +178,7 @@ def switch_experts_forward(module, state: LayerState):
                 if tape is not None:
                     tape.contexts.pop()
             y = y * routing_weights.index_select(0, tok).reshape(-1, 1).to(y.dtype)
-            out_ND = out_ND.index_add(0, tok, y.to(out_ND.dtype))
+            out_ND.index_add_(0, tok, y.to(out_ND.dtype))  # in place, as the library does
         return out_ND
 
     return forward
