@@ -34,8 +34,8 @@ def _records(n: int, seed: int, vocab: int = 512, T: int = 10):
 DATA = {"train": _records(48, 1), "validation": _records(16, 2), "public": _records(24, 3)}
 
 
-def _run(method, *, experts=4, plain=False, privacy=None, steps=3, optim=None):
-    model = build_model("switch_transformers", generator=torch.Generator().manual_seed(5),
+def _run(method, *, experts=4, plain=False, privacy=None, steps=3, optim=None, family="switch_transformers"):
+    model = build_model(family, generator=torch.Generator().manual_seed(5),
                         size=TinySize(num_experts=experts, top_k=1))
     cfg = tiny_recipe(method, steps=steps, batch_size=8,
                       privacy=privacy or PrivacyConfig(epsilon=8.0, secure_rng=False),
@@ -80,11 +80,14 @@ SGD = OptimConfig(name="sgd", lr=0.5, weight_decay=0.0)
 
 @pytest.mark.parametrize(
     "method, experts",
-    [("dpsgd", 4), ("dp-lora", 4), ("last-layer", 4), ("shared-only", 4), ("raptor", 1), ("expert-only", 1)],
+    [("dpsgd", 4), ("dp-lora", 4), ("last-layer", 4), ("shared-only", 4), ("raptor", 1), ("expert-only", 1),
+     ("dp-lora/olmoe", 4), ("raptor/olmoe", 1)],
 )
 def test_zero_noise_no_clipping_equals_plain_training(method, experts):
-    dp, _ = _run(method, experts=experts, privacy=ZERO, optim=SGD)
-    ref, _ = _run(method, experts=experts, plain=True, privacy=ZERO, optim=SGD)
+    method, _, family = method.partition("/")
+    family = family or "switch_transformers"
+    dp, _ = _run(method, experts=experts, privacy=ZERO, optim=SGD, family=family)
+    ref, _ = _run(method, experts=experts, plain=True, privacy=ZERO, optim=SGD, family=family)
     dp_params = dict(dp.model.named_parameters())
     moved = 0
     for name, p in ref.model.named_parameters():

@@ -17,10 +17,11 @@ same ledger and accountant. Routers stay frozen in every method (the reference's
 Layers: ``layers="auto"`` applies :func:`raptor.roles.layer_choice.choose_from_owners` to the
 routing of the PUBLIC corpus; the per-layer table goes into results.json.
 
-dp-lora: PEFT LoRA with rank/alpha from the config on attention q/k/v/o and, for Switch, the
-experts' ``wi``/``wo`` Linear layers; fused 3-D expert weights (OLMoE, Mixtral, Qwen, DeepSeek)
-get no adapters ("where supported"). LoRA dropout must be 0: dropout draws from torch's global
-RNG, which raptor never uses (house rule 5); the reference used 0.05.
+dp-lora: LoRA with rank/alpha from the config on attention q/k/v/o (PEFT) and on the experts:
+PEFT on Switch's ``wi``/``wo`` Linear layers, :func:`raptor.moe.expert_lora.add_expert_lora`
+(one slot per expert) on the fused 3-D experts of OLMoE, Mixtral, Qwen and DeepSeek. LoRA dropout
+must be 0: dropout draws from torch's global RNG, which raptor never uses (house rule 5); the
+reference used 0.05.
 
 Privacy: everything computed here before training uses the public corpus only (routing, owner
 shares, public gradient norms for per-expert clip norms); the private training records are only
@@ -138,6 +139,11 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
     heads = head_prefixes(model)
     for p in model.parameters():
         p.requires_grad_(False)
+    expert_lora: list[str] = []
+    if any(info.fused for info in get_adapter(model).moe_layers(model)):
+        from raptor.moe.expert_lora import add_expert_lora
+
+        expert_lora = add_expert_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, generator=generator)
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
                       target_modules=targets, bias="none")
     wrapped = get_peft_model(model, lora)
@@ -149,7 +155,7 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             elif ".lora_B." in name:
                 p.zero_()
     for name, p in model.named_parameters():
-        if any(_under(name, h) for h in heads):
+        if any(_under(name, h) for h in heads) or name in expert_lora:
             p.requires_grad_(True)
     return wrapped
 
