@@ -75,3 +75,24 @@ def test_nonprivate_results_are_strict_json(files, tmp_path):
     text = (out / "results.json").read_text()
     res = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert res["epsilon"] == "inf" and res["final_accuracy"] is None  # no validation file given
+
+
+def test_train_from_a_saved_model_directory(files, tmp_path):
+    import torch
+
+    from raptor.data import load_user_files, save_tokenizer, train_wordpiece
+    from raptor.moe.models import TinySize, build_model
+
+    texts = load_user_files(files / "train.tsv").train
+    tok = train_wordpiece(texts.corpus(), vocab_size=60)
+    save_tokenizer(tok, tmp_path / "tok")
+    model = build_model("olmoe", generator=torch.Generator().manual_seed(0),
+                        size=TinySize(vocab_size=len(tok), hidden_size=16))
+    model.save_pretrained(str(tmp_path / "model"))
+    out = tmp_path / "run"
+    assert main(["train", "--model", str(tmp_path / "model"), "--tokenizer", str(tmp_path / "tok"),
+                 "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+                 "--public-size", "20", "--max-length", "12", "--batch-size", "16", "--steps", "1", "--seed", "0",
+                 "--output-dir", str(out), "--no-progress", "--layers", "1"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["trained_layers"] == [1] and res["model"] == str(tmp_path / "model")
