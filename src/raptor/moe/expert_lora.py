@@ -10,9 +10,12 @@ expert on dim 0 (so each expert's LoRA lands in its own ``expert/l/e`` group):
     down_proj_lora_A    [E, r, I]    down_proj_lora_B    [E, D, r]
 
 and each projection becomes ``x W[e]^T + (alpha / r) (x A[e]^T) B[e]^T`` (``B = 0`` at start, like
-PEFT). The base expert weights are frozen. The model's experts implementation is set to raptor's
-(``"raptor"``), which computes this with plain autograd outside an engine call, so evaluation and
-the one-record reference use the same function.
+PEFT). The base expert weights are frozen. The model's experts implementation is set to
+:func:`expert_lora_forward` (registered as ``"raptor_expert_lora"`` in transformers'
+``ExpertsInterface``): a plain per-expert loop with ordinary autograd, used for evaluation and by
+the one-record reference; the per-record engine switches to its recording implementation for the
+duration of one call. Calling ``set_experts_implementation`` afterwards would drop the LoRA terms
+from plain forwards: don't.
 
 Privacy: initialisation draws only from the explicit generator.
 """
@@ -20,10 +23,43 @@ Privacy: initialisation draws only from the explicit generator.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from transformers.integrations.moe import ExpertsInterface
 
 from raptor.errors import ConfigError, UnsupportedModelError
 from raptor.moe.adapters import get_adapter
+
+IMPLEMENTATION = "raptor_expert_lora"
+
+
+def has_expert_lora(experts: nn.Module) -> bool:
+    """True when :func:`add_expert_lora` gave these fused experts LoRA factors."""
+    return getattr(experts, "gate_up_proj_lora_A", None) is not None
+
+
+def _projection(experts: nn.Module, x: torch.Tensor, name: str, e: int) -> torch.Tensor:
+    out = F.linear(x, getattr(experts, name)[e])
+    a, b = getattr(experts, f"{name}_lora_A")[e], getattr(experts, f"{name}_lora_B")[e]
+    return out + experts.raptor_lora_scaling * F.linear(F.linear(x, a), b)
+
+
+def expert_lora_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                        top_k_weights: torch.Tensor) -> torch.Tensor:
+    """Fused experts with per-expert LoRA, one expert at a time, plain autograd (the slow, clear path)."""
+    out = torch.zeros_like(hidden_states)
+    for e in torch.unique(top_k_index).tolist():
+        if e < 0 or e >= self.num_experts:
+            continue
+        tok, pos = torch.where(top_k_index == e)
+        x = hidden_states[tok]
+        h = self._apply_gate(_projection(self, x, "gate_up_proj", e))
+        y = _projection(self, h, "down_proj", e) * top_k_weights[tok, pos, None]
+        out.index_add_(0, tok, y.to(out.dtype))
+    return out
+
+
+ExpertsInterface.register(IMPLEMENTATION, expert_lora_forward)
 
 
 def add_expert_lora(model: nn.Module, *, rank: int, alpha: float, generator: torch.Generator,
@@ -32,8 +68,6 @@ def add_expert_lora(model: nn.Module, *, rank: int, alpha: float, generator: tor
 
     ``A`` ~ N(0, init_std^2) (default ``1/sqrt(in)``) and ``B = 0``. Returns the new parameter names.
     """
-    from raptor.per_sample import experts as _experts  # registers the "raptor" implementation
-
     if rank < 1:
         raise ConfigError(f"rank must be >= 1, got {rank}")
     if not alpha > 0:
@@ -50,7 +84,7 @@ def add_expert_lora(model: nn.Module, *, rank: int, alpha: float, generator: tor
                 f"MoE layer {info.index} has no fused gate_up_proj/down_proj experts; use PEFT LoRA on its "
                 "expert Linear layers instead"
             )
-        if _experts.has_expert_lora(experts):
+        if has_expert_lora(experts):
             raise ConfigError(f"MoE layer {info.index} already has expert LoRA")
         for pname in ("gate_up_proj", "down_proj"):
             w = getattr(experts, pname)
@@ -63,5 +97,5 @@ def add_expert_lora(model: nn.Module, *, rank: int, alpha: float, generator: tor
                 f"{pname}_lora_B", nn.Parameter(torch.zeros((E, d_out, rank), device=w.device, dtype=w.dtype)))
             names += [f"{info.name}.{info.experts_attr}.{pname}_lora_{x}" for x in ("A", "B")]
         experts.raptor_lora_scaling = float(alpha) / rank
-        experts.config._experts_implementation_internal = _experts.IMPLEMENTATION
+        experts.config._experts_implementation_internal = IMPLEMENTATION
     return names

@@ -30,6 +30,7 @@ from transformers.integrations.moe import (
 )
 
 from raptor.errors import UnsupportedModelError
+from raptor.moe.expert_lora import expert_lora_forward, has_expert_lora
 from raptor.per_sample.capture import RowContext, Tape, grouped_linear_use
 from raptor.roles.owners import owners_from_top1, owners_from_topk
 
@@ -69,23 +70,20 @@ def _context(state: LayerState, owner_B: torch.Tensor, tok: torch.Tensor, e: int
     return RowContext(rec=rec, layer=state.layer, expert=e, keep=keep)
 
 
-def has_expert_lora(experts) -> bool:
-    """True when :func:`raptor.moe.expert_lora.add_expert_lora` gave these fused experts LoRA factors."""
-    return getattr(experts, "gate_up_proj_lora_A", None) is not None
-
-
 def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                            top_k_weights: torch.Tensor) -> torch.Tensor:
     """Fused experts forward that records per-expert uses of ``gate_up_proj`` / ``down_proj``.
 
     With raptor's per-expert LoRA factors (``{gate_up,down}_proj_lora_{A,B}``, see
-    :mod:`raptor.moe.expert_lora`) each projection is ``x W[e]^T + s (x A[e]^T) B[e]^T``; outside
-    an engine call this is computed with plain autograd (it is also the reference's path).
+    :mod:`raptor.moe.expert_lora`) each projection is ``x W[e]^T + s (x A[e]^T) B[e]^T``; outside an
+    engine call the plain :func:`raptor.moe.expert_lora.expert_lora_forward` runs instead.
     """
     call = ACTIVE.get()
     state = None if call is None else call.layers.get(id(self))
     lora = has_expert_lora(self)
-    if state is None and not lora:
+    if state is None and lora:
+        return expert_lora_forward(self, hidden_states, top_k_index, top_k_weights)
+    if state is None:
         if hidden_states.dtype == torch.float64:
             return batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)

@@ -23,8 +23,8 @@ from torch import nn
 
 from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
+from raptor.moe.expert_lora import has_expert_lora
 from raptor.per_sample.engine import EngineResult, _batch_parts, cross_entropy_per_record
-from raptor.per_sample.experts import has_expert_lora
 from raptor.roles.groups import GroupKey, build_group_map
 
 
@@ -143,8 +143,8 @@ def reference_compute(
                         sums[s.name][s.index] += c * grad[s.name][s.index]
 
     # The library's own per-expert loop ("eager") is the plain path for fused experts; experts with
-    # raptor's per-expert LoRA keep the "raptor" implementation, which is plain autograd outside an
-    # engine call (the library's loop does not know the LoRA factors).
+    # raptor's per-expert LoRA keep their plain implementation (raptor.moe.expert_lora), since the
+    # library's loop does not know the LoRA factors.
     configs = {id(i.experts.config): i.experts.config for i in layers if i.fused and not has_expert_lora(i.experts)}
     saved = {k: c._experts_implementation_internal for k, c in configs.items()}
     for c in configs.values():
