@@ -571,7 +571,7 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
     p.add_argument("--experts", nargs="+", type=int, default=None, help="E sweep (default 4 8 16 32; quick 2 4)")
     p.add_argument("--seq-lens", nargs="+", type=int, default=None, help="T sweep (default 32 64 128; quick 8 16)")
     p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 4; quick 2)")
-    p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 2)")
+    p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 4; quick 1)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every worker (default 1)")
     p.add_argument("--profile", nargs="*", default=None, metavar="FAMILY",
@@ -589,7 +589,7 @@ def configs_from_args(args: argparse.Namespace) -> list[Config]:
     return plan(quick=quick, families=args.families, sweep_families=sweep,
                 experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32]),
                 seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128]),
-                warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or 2,
+                warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or (1 if quick else 4),
                 threads=args.threads, profile=profile, opacus=not args.no_opacus)
 
 

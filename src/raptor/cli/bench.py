@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         quick=quick, families=args.families,
         sweep_families=[] if quick else [f for f in ("switch_transformers", "olmoe") if f in args.families],
         experts=[4, 8, 16, 32], seq_lens=[32, 64, 128], warmup=1, reps=args.reps or (2 if quick else 4),
-        sweep_reps=2, threads=args.threads, profile=[] if quick else args.families, opacus=not args.no_opacus,
+        sweep_reps=4, threads=args.threads, profile=[] if quick else args.families, opacus=not args.no_opacus,
     )
     to_stdout = args.json == "-"
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if to_stdout else (lambda s: print(s, flush=True))
