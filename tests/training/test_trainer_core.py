@@ -152,7 +152,9 @@ def test_fit_reports_public_things_only(tmp_path):
     assert res["steps"] == 3 and len(res["evals"]) == 1 and 0.0 <= res["final_accuracy"] <= 1.0
     assert res["epsilon"] == pytest.approx(0.3)
     assert set(res["sigma"]) == {"shared", "expert"} and res["seconds_per_step"] > 0
-    text = repr(res)
+    # The validation loss is shown (evaluation data); the training loss never is.
+    assert math.isfinite(res["evals"][-1]["dev_loss"]) and res["evals"][-1]["dev_loss"] > 0
+    text = repr(res).replace("dev_loss", "")
     for private in ("loss", "owner_counts", "batch_sizes", "realized"):
         assert private not in text
 

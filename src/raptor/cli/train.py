@@ -17,7 +17,7 @@ only). ``--resume DIR`` continues a checkpoint's run and ledger.
 
 Privacy: without ``--seed`` the sampling and noise generators are seeded from the OS CSPRNG;
 ``--seed`` makes the run reproducible and NOT secure. The training loss is never shown (it is a
-statistic of private records); the progress bar shows the dev accuracy at evaluation points and
+statistic of private records); the progress bar shows the dev loss and accuracy at evaluation points and
 the epsilon spent so far.
 """
 

@@ -15,8 +15,8 @@ Nothing branches on or scales by |S_t| or realized owner counts, and no statisti
 batch is shown, logged or saved. (The number of micro-batches, hence the step's wall time,
 grows with |S_t|, as in every DP-SGD implementation; timing side channels are outside the
 threat model, and seconds/step is reported only as an average over the run.) In particular the TRAINING LOSS is not displayed: the loss on a
-private batch is itself a private statistic. The progress bar shows the dev accuracy measured at
-evaluation points (validation split, natural routing) and the epsilon spent so far.
+private batch is itself a private statistic. The progress bar shows the dev loss and accuracy
+measured at evaluation points (validation split, natural routing) and the epsilon spent so far.
 
 Diagnostic, stated honestly: the number of records whose per-record gradient was non-finite
 (zeroed before aggregation, house rule 4) is counted and reported in results; it is a count over
@@ -162,17 +162,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self) -> float | None:
-        """Accuracy on the validation split with natural routing (None without a validation set)."""
+    def evaluate(self) -> tuple[float | None, float | None]:
+        """(accuracy, mean cross-entropy) on the validation split with natural routing.
+
+        ``(None, None)`` without a validation set. The validation split is evaluation data, not
+        the private training set, so its loss may be shown (the training loss may not).
+        """
         if self.validation is None:
-            return None
+            return None, None
         n = int(self.validation["labels"].shape[0])
-        correct = 0
+        correct, loss_sum = 0, 0.0
         for start in range(0, n, self.config.performance.eval_batch_size):
             batch = {k: v[start:start + self.config.performance.eval_batch_size].to(self.device)
                      for k, v in self.validation.items()}
-            correct += int((classification_logits(self.model, batch).argmax(-1) == batch["labels"]).sum())
-        return correct / max(n, 1)
+            logits = classification_logits(self.model, batch).float()
+            correct += int((logits.argmax(-1) == batch["labels"]).sum())
+            loss_sum += float(torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum"))
+        return correct / max(n, 1), loss_sum / max(n, 1)
 
     def epsilon_spent(self) -> float:
         """epsilon at delta for the executed steps (inf if any step was not accounted)."""
@@ -194,10 +200,11 @@ class Trainer:
             self.state.step_seconds += time.perf_counter() - start
             t = self.state.step
             if (every and t % every == 0) or t == total:
-                acc = self.evaluate()
+                acc, dev_loss = self.evaluate()
                 eps = self.epsilon_spent()
-                self.state.evals.append({"step": t, "accuracy": acc, "epsilon": eps})
-                bar.set_postfix(dev_acc="-" if acc is None else f"{acc:.3f}", eps=f"{eps:.3g}")
+                self.state.evals.append({"step": t, "accuracy": acc, "dev_loss": dev_loss, "epsilon": eps})
+                bar.set_postfix(dev_loss="-" if dev_loss is None else f"{dev_loss:.3f}",
+                                dev_acc="-" if acc is None else f"{acc:.3f}", eps=f"{eps:.3g}")
             if checkpoint_every and t % checkpoint_every == 0 and t < total:
                 self.save(self.config.output_path / "checkpoint")
             bar.update(1)
