@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/raptor demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks experiments
 	$(BIN)/pytest
 
 bench: $(STAMP)

@@ -222,11 +222,10 @@ def test_switch_with_tokens_dropped_by_capacity_matches_reference(inf_clip):
 
 def test_peft_lora_on_fused_expert_parameters_is_refused_loudly():
     """LoRA on fused 3-D expert weights (PEFT target_parameters) is not supported yet: it must raise."""
-    from peft import LoraConfig, get_peft_model
+    from raptor.moe.peft_lora import peft_lora
 
     model = tiny("olmoe", trained=(0, 1))
-    config = LoraConfig(r=2, lora_alpha=4, target_parameters=["mlp.experts.gate_up_proj"])
-    peft_model = get_peft_model(model, config)
+    peft_model = peft_lora(model, r=2, lora_alpha=4, target_parameters=["mlp.experts.gate_up_proj"])
     with pytest.raises(UnsupportedModelError, match="target_parameters"):
         PerRecordEngine(peft_model, trained_layers=[0, 1], grouping="roles")
     with pytest.raises(UnsupportedModelError, match="target_parameters"):

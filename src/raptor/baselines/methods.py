@@ -125,7 +125,7 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
     (uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), PEFT's kaiming-uniform(a=sqrt(5)) bound) and keeps
     B = 0, so the adapter starts as the identity update and the draw is reproducible.
     """
-    from peft import LoraConfig, get_peft_model
+    from raptor.moe.peft_lora import peft_lora
 
     if config.lora_dropout != 0.0:
         raise ConfigError(
@@ -144,9 +144,8 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
         from raptor.moe.expert_lora import add_expert_lora
 
         expert_lora = add_expert_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, generator=generator)
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=targets, bias="none")
-    wrapped = get_peft_model(model, lora)
+    wrapped = peft_lora(model, r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                        target_modules=targets, bias="none")
     with torch.no_grad():
         for name, p in wrapped.named_parameters():
             if ".lora_A." in name:

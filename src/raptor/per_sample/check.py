@@ -135,9 +135,8 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
 
     Only LoRA parameters stay trainable (PEFT freezes the base weights).
     """
-    from peft import LoraConfig, get_peft_model
-
     from raptor.moe.expert_lora import add_expert_lora
+    from raptor.moe.peft_lora import peft_lora
 
     model_type = model.config.model_type
     if model_type == "switch_transformers":
@@ -146,9 +145,8 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
         targets = ["q_proj", "o_proj"]
     else:
         targets = ["q_proj", "v_proj"]
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
-                        init_lora_weights=False)
-    peft_model = get_peft_model(model, config)
+    peft_model = peft_lora(model, r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
+                           init_lora_weights=False)
     if model_type != "switch_transformers":  # after PEFT, which freezes every parameter it did not add
         add_expert_lora(peft_model, rank=rank, alpha=2 * rank, generator=generator)
     with torch.no_grad():

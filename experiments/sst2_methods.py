@@ -1,0 +1,98 @@
+"""Every method on real SST-2 under one budget, with the same batch size and learning-rate grid.
+
+Runs ``raptor train`` once per (method, learning rate) on the official SST-2 TSVs, with the same
+Poisson sampling, accounting, model and data for every method (METHOD.md, "match them fairly"),
+then writes ``experiments/results/sst2_methods.json`` and prints a table: per method, the dev
+accuracy at the best learning rate of the grid, epsilon and delta from the ledger, sigma per
+stream and seconds per step. Each run's own ``results.json`` stays under ``--runs-dir``.
+
+The learning rate is chosen on the dev split, as usual for GLUE; that choice is not accounted
+(the same for every method).
+
+    .venv/bin/python experiments/sst2_methods.py --data-dir ../shared/data/glue
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+METHODS = ("nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last-layer", "raptor")
+HERE = Path(__file__).resolve().parent
+
+
+def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], tag: str) -> dict:
+    out = Path(args.runs_dir) / f"{tag}-lr{lr:g}"
+    result_file = out / "results.json"
+    if not result_file.exists() or args.force:
+        cmd = [sys.executable, "-m", "raptor.cli.main", "train", "--method", method, "--task", "sst2",
+               "--data-dir", args.data_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+               "--micro-batch-size", str(args.micro_batch_size), "--max-length", str(args.max_length),
+               "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(args.seed),
+               "--eval-every", str(args.eval_every), "--no-progress", "--output-dir", str(out), *extra]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"{tag} lr={lr} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        print(f"[{time.perf_counter() - start:6.0f}s] {tag} lr={lr:g}", flush=True)
+    res = json.loads(result_file.read_text())
+    return {"tag": tag, "method": method, "lr": lr, "extra": extra, "final_accuracy": res["final_accuracy"],
+            "best_eval_accuracy": max(e["accuracy"] for e in res["evals"]), "evals": res["evals"],
+            "epsilon": res["epsilon"], "delta": res["delta"], "sigma": res["sigma"], "steps": res["steps"],
+            "sample_rate": res["sample_rate"], "seconds_per_step": res["seconds_per_step"],
+            "peak_rss_mib": res["peak_rss_mib"], "trained_layers": res.get("trained_layers"),
+            "num_trainable_parameters": res.get("num_trainable_parameters"), "run_dir": str(out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
+    p.add_argument("--methods", nargs="+", default=list(METHODS))
+    p.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3])
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--micro-batch-size", type=int, default=256)
+    p.add_argument("--max-length", type=int, default=48)
+    p.add_argument("--epsilon", type=float, default=8.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=66)
+    p.add_argument("--sgd-denominator", action="store_true",
+                   help="also run raptor under SGD with the public and the uniform denominator")
+    p.add_argument("--sgd-lrs", nargs="+", type=float, default=[0.3, 1.0])
+    p.add_argument("--runs-dir", default="runs/sst2_methods")
+    p.add_argument("--out", default=str(HERE / "results" / "sst2_methods.json"))
+    p.add_argument("--force", action="store_true", help="rerun even where results.json exists")
+    args = p.parse_args(argv)
+
+    rows = [run_one(args, m, lr, [], m) for m in args.methods for lr in args.lrs]
+    if args.sgd_denominator:
+        for denom in ("public", "uniform"):
+            rows += [run_one(args, "raptor", lr, ["--optimizer", "sgd", "--denominator", denom], f"raptor-sgd-{denom}")
+                     for lr in args.sgd_lrs]
+    best: dict[str, dict] = {}
+    for row in rows:
+        if row["tag"] not in best or row["final_accuracy"] > best[row["tag"]]["final_accuracy"]:
+            best[row["tag"]] = row
+    header = f"{'run':<20} {'best lr':>8} {'dev acc':>8} {'epsilon':>8} {'delta':>8} {'sigma':<28} {'s/step':>7}"
+    print(header)
+    print("-" * len(header))
+    for tag, row in best.items():
+        sigma = ", ".join(f"{k} {v:.3f}" for k, v in row["sigma"].items()) if row["sigma"] else "-"
+        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3f}"
+        delta = "-" if row["delta"] is None else f"{row['delta']:.0e}"
+        print(f"{tag:<20} {row['lr']:>8g} {row['final_accuracy']:>8.4f} {eps:>8} {delta:>8} {sigma:<28} "
+              f"{row['seconds_per_step']:>7.3f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"settings": {k: v for k, v in vars(args).items() if k != "force"},
+                                          "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                          "best": best, "runs": rows}, indent=1))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
