@@ -96,3 +96,27 @@ def test_plan_text_alternate_shows_the_phase_sigmas(capsys):
     assert main(PLAN + ["--alternate", "1:1"]) == 0
     out = capsys.readouterr().out
     assert "alternate 1:1" in out and "shared-only steps sigma_s" in out and "sigma_e/sqrt(L)" in out
+
+
+def test_plan_steps_instead_of_epochs(capsys):
+    steps = ["plan", "--dataset-size", "67349", "--batch-size", "1024", "--steps", "198", "--epsilon", "8", "--json"]
+    assert main(steps) == 0
+    by_steps = json.loads(capsys.readouterr().out)
+    assert main(PLAN + ["--json"]) == 0
+    by_epochs = json.loads(capsys.readouterr().out)
+    assert by_steps["steps"] == by_epochs["steps"] == 198 and by_steps["epochs"] is None
+    assert by_steps["sigma_eff"] == pytest.approx(by_epochs["sigma_eff"], rel=1e-12)
+    assert by_steps["shared_ratio"] == 0.3  # the same default as raptor train
+    with pytest.raises(SystemExit) as info:
+        main(PLAN + ["--steps", "198"])
+    assert info.value.code == 2
+
+
+def test_plan_rdp_accountant_is_never_below_pld(capsys):
+    assert main(PLAN + ["--json", "--accountant", "rdp"]) == 0
+    rdp = json.loads(capsys.readouterr().out)
+    assert main(PLAN + ["--json"]) == 0
+    pld = json.loads(capsys.readouterr().out)
+    assert rdp["accountant"] == "rdp" and rdp["epsilon"] <= 8.0
+    # RDP's bound is looser, so hitting the same target needs at least as much noise.
+    assert rdp["sigma_eff"] >= pld["sigma_eff"]

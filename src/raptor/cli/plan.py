@@ -30,24 +30,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset-size", type=int, required=True, metavar="N", help="private training records")
     parser.add_argument("--batch-size", type=int, required=True, metavar="B",
                         help="expected (Poisson) batch size; q = B/N")
-    parser.add_argument("--epochs", type=float, required=True, metavar="E", help="epochs; T = ceil(N/B) * E")
+    length = parser.add_mutually_exclusive_group(required=True)
+    length.add_argument("--epochs", type=float, default=None, metavar="E", help="epochs; T = ceil(N/B) * E")
+    length.add_argument("--steps", type=int, default=None, metavar="T", help="planned updates (instead of --epochs)")
     parser.add_argument("--epsilon", type=float, required=True, metavar="EPS", help="total epsilon budget, > 0")
     parser.add_argument("--delta", type=float, default=None, metavar="D",
                         help="delta in (0, 1/N); default: largest power of ten <= 1/(N ln N)")
     parser.add_argument("--layers", type=int, default=1, metavar="L", help="trained MoE layers (default 1)")
-    parser.add_argument("--shared-ratio", type=float, default=0.5, metavar="R",
-                        help="share r in (0, 1) of inverse noise variance for the shared stream (default 0.5)")
+    parser.add_argument("--shared-ratio", type=float, default=0.3, metavar="R",
+                        help="share r in (0, 1) of inverse noise variance for the shared stream "
+                             "(default 0.3, as raptor train)")
     parser.add_argument("--alternate", type=_alternate, default=None, metavar="S:X",
                         help="alternate S shared-only and X expert-only steps (default: joint steps)")
     parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove",
                         help="neighbouring datasets (default add-remove)")
+    parser.add_argument("--accountant", choices=("pld", "rdp"), default="pld",
+                        help="primary accountant for the calibration (default pld)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     plan = plan_budget(dataset_size=args.dataset_size, batch_size=args.batch_size, epochs=args.epochs,
-                       epsilon=args.epsilon, delta=args.delta, num_layers=args.layers,
-                       shared_ratio=args.shared_ratio, alternate=args.alternate, adjacency=args.adjacency)
+                       steps=args.steps, epsilon=args.epsilon, delta=args.delta, num_layers=args.layers,
+                       shared_ratio=args.shared_ratio, alternate=args.alternate, adjacency=args.adjacency,
+                       accountant=args.accountant)
     if args.json:
         print(json.dumps(plan.to_dict()))
         return 0
