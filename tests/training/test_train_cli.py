@@ -47,6 +47,19 @@ def test_train_writes_results_and_resumes(files, tmp_path, capsys):
     assert again["steps"] == 2 and again["epsilon"] == pytest.approx(res["epsilon"])
 
 
+def test_train_head_from_label_words(files, tmp_path, capsys):
+    common = ["train", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+              "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
+              "--batch-size", "16", "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "4",
+              "--steps", "1", "--head-init", "label-words"]
+    # User files have no task: the words must be given.
+    assert main(common + ["--output-dir", str(tmp_path / "a")]) == 2
+    assert "--label-words" in capsys.readouterr().err
+    assert main(common + ["--label-words", "bad", "good", "--output-dir", str(tmp_path / "b")]) == 0
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert res["head_init"] == {"rule": "label-words", "label_words": ["bad", "good"]}
+
+
 def test_train_bad_arguments_exit_2(files, tmp_path, capsys):
     assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err

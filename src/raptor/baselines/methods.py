@@ -43,6 +43,7 @@ from raptor.moe.adapters import MoELayerInfo, get_adapter
 from raptor.roles import public_stats as ps
 from raptor.roles.layer_choice import choose_from_owners
 from raptor.training.config import TrainConfig
+from raptor.training.head_init import HEAD_ATTRS
 from raptor.training.plain import PlainEngine
 from raptor.training.plan import FixedPlan, nonprivate_plan
 from raptor.training.release import build_stream_setup
@@ -70,12 +71,11 @@ METHOD_SPECS: dict[str, MethodSpec] = {
 }
 
 _BLOCK_RE = re.compile(r"^(.*?(?:layers|block|h)\.\d+)\.")
-_HEAD_ATTRS = ("classifier", "score")
 
 
 def head_prefixes(model: nn.Module) -> tuple[str, ...]:
     """Module names of the classification head (``classifier`` or ``score``)."""
-    found = tuple(a for a in _HEAD_ATTRS if isinstance(getattr(model, a, None), nn.Module))
+    found = tuple(a for a in HEAD_ATTRS if isinstance(getattr(model, a, None), nn.Module))
     if not found:
         raise ConfigError(f"{type(model).__name__} has no classification head ('classifier' or 'score')")
     return found

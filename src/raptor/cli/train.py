@@ -96,6 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None,
                         help="seeded, reproducible and NOT secure run (default: OS CSPRNG)")
     parser.add_argument("--resume", default=None, help="checkpoint directory to continue (same settings)")
+    parser.add_argument("--head-init", choices=("random", "label-words"), default="random",
+                        help="classification head: random (default) or label-word embeddings x 0.02 (for "
+                             "pretrained models; words from --label-words or the GLUE task)")
+    parser.add_argument("--label-words", nargs="+", default=None,
+                        help="one word per label id, for --head-init label-words (default: the task's)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -206,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     validation = _subset(validation, args.max_eval_samples) if validation is not None else None
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(args, split.public, private.num_labels, init)
+    label_words = _init_head(args, model, tokenizer)
     train = to_records(tokenizer, private, args.max_length)
     public = to_records(tokenizer, split.public, args.max_length)
     val = to_records(tokenizer, validation, args.max_length) if validation is not None else None
@@ -226,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
     results.update({
         "data": {"source": source, "private_records": len(private), "public_records": len(split.public),
                  "public_rule": split.rule, "dev_records": len(validation) if validation is not None else 0},
-        "model": args.model, "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
+        "model": args.model, "head_init": {"rule": args.head_init, "label_words": label_words},
+        "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
     })
     (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
@@ -236,6 +243,27 @@ def run(args: argparse.Namespace) -> int:
           if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
     print(f"wrote {out / 'results.json'}")
     return 0
+
+
+def _init_head(args, model, tokenizer) -> list[str] | None:
+    """``--head-init label-words``: the head from the label words' embeddings (public; no record read)."""
+    from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
+
+    if args.head_init == "random":
+        if args.label_words:
+            raise ConfigError("--label-words is used only with --head-init label-words")
+        return None
+    from raptor.data.tasks import get_task
+
+    words = args.label_words
+    if words is None:
+        task = get_task(args.task).name if args.task else (None if args.train_file else "sst2")  # bundled: SST-2
+        if task not in LABEL_WORDS:
+            raise ConfigError("--head-init label-words needs --label-words W1 W2 ... (one per label id) unless "
+                              f"--task is one of {', '.join(LABEL_WORDS)}")
+        words = list(LABEL_WORDS[task])
+    init_head_from_label_words(model, tokenizer, words)
+    return list(words)
 
 
 def _finite(obj):
