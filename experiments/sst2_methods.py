@@ -48,6 +48,43 @@ def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], 
             "num_trainable_parameters": res.get("num_trainable_parameters"), "run_dir": str(out)}
 
 
+def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
+    """Dev accuracy against updates (left) and final dev accuracy (right) per run, at its best lr."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    for tag, row in best.items():
+        steps = [e["step"] for e in row["evals"]]
+        accs = [e["accuracy"] for e in row["evals"]]
+        style = "--" if tag == "nonprivate" else "-"
+        curves.plot(steps, accs, style, marker="o", markersize=3, label=f"{tag} (lr {row['lr']:g})")
+    curves.set_xlabel("update")
+    curves.set_ylabel("dev accuracy")
+    curves.grid(alpha=0.3)
+    curves.legend(fontsize=7)
+    tags = list(best)
+    finals = [best[t]["final_accuracy"] for t in tags]
+    colors = ["tab:red" if t.startswith("raptor") else "tab:gray" if t == "nonprivate" else "tab:blue" for t in tags]
+    bars.barh(tags, finals, color=colors)
+    low = min(finals) - 0.05
+    bars.set_xlim(max(0.0, low), 1.0)
+    for y, (t, acc) in enumerate(zip(tags, finals)):
+        eps = best[t]["epsilon"]
+        label = f"{acc:.3f}" + ("" if eps is None or eps == "inf" else f"  eps {float(eps):.2f}")
+        bars.text(acc + 0.005, y, label, va="center", fontsize=7)
+    bars.invert_yaxis()
+    bars.set_xlabel("final dev accuracy")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
@@ -65,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sgd-lrs", nargs="+", type=float, default=[0.3, 1.0])
     p.add_argument("--runs-dir", default="runs/sst2_methods")
     p.add_argument("--out", default=str(HERE / "results" / "sst2_methods.json"))
+    p.add_argument("--plot", default=str(HERE / "results" / "sst2_methods.png"),
+                   help="PNG of the curves and final accuracies ('' for none; needs matplotlib: pip install -e '.[plot]')")
     p.add_argument("--force", action="store_true", help="rerun even where results.json exists")
     args = p.parse_args(argv)
 
@@ -91,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
                                           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                           "best": best, "runs": rows}, indent=1))
     print(f"\nwrote {args.out}")
+    if args.plot:
+        first = next(iter(best.values()))
+        delta = next((r["delta"] for r in best.values() if r["delta"] is not None), None)
+        title = (f"SST-2, tiny Switch MoE (raptor train's default size), B={args.batch_size}, {first['steps']} "
+                 f"updates, target eps={args.epsilon:g}, delta={delta}; best lr of {args.lrs} per method")
+        print(f"wrote {plot(best, Path(args.plot), title=title)}")
     return 0
 
 
