@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -25,22 +26,24 @@ METHODS = ("nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last
 HERE = Path(__file__).resolve().parent
 
 
-def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], tag: str) -> dict:
-    out = Path(args.runs_dir) / f"{tag}-lr{lr:g}"
+def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], tag: str,
+            seed: int | None = None) -> dict:
+    seed = args.seed if seed is None else seed
+    out = Path(args.runs_dir) / (f"{tag}-lr{lr:g}" + ("" if seed == args.seed else f"-seed{seed}"))
     result_file = out / "results.json"
     if not result_file.exists() or args.force:
         cmd = [sys.executable, "-m", "raptor.cli.main", "train", "--method", method, "--task", "sst2",
                "--data-dir", args.data_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
                "--micro-batch-size", str(args.micro_batch_size), "--max-length", str(args.max_length),
-               "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(args.seed),
+               "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(seed),
                "--eval-every", str(args.eval_every), "--no-progress", "--output-dir", str(out), *extra]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"{tag} lr={lr} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-        print(f"[{time.perf_counter() - start:6.0f}s] {tag} lr={lr:g}", flush=True)
+        print(f"[{time.perf_counter() - start:6.0f}s] {tag} lr={lr:g} seed={seed}", flush=True)
     res = json.loads(result_file.read_text())
-    return {"tag": tag, "method": method, "lr": lr, "extra": extra, "final_accuracy": res["final_accuracy"],
+    return {"tag": tag, "method": method, "lr": lr, "seed": seed, "extra": extra, "final_accuracy": res["final_accuracy"],
             "best_eval_accuracy": max(e["accuracy"] for e in res["evals"]), "evals": res["evals"],
             "epsilon": res["epsilon"], "delta": res["delta"], "sigma": res["sigma"], "steps": res["steps"],
             "sample_rate": res["sample_rate"], "seconds_per_step": res["seconds_per_step"],
@@ -66,17 +69,19 @@ def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
     curves.grid(alpha=0.3)
     curves.legend(fontsize=7)
     tags = list(best)
-    finals = [best[t]["final_accuracy"] for t in tags]
+    finals = [best[t].get("mean_accuracy", best[t]["final_accuracy"]) for t in tags]
+    errors = [best[t].get("std_accuracy") or 0.0 for t in tags]
     colors = ["tab:red" if t.startswith("raptor") else "tab:gray" if t == "nonprivate" else "tab:blue" for t in tags]
-    bars.barh(tags, finals, color=colors)
+    bars.barh(tags, finals, xerr=errors, color=colors, capsize=2)
     low = min(finals) - 0.05
     bars.set_xlim(max(0.0, low), 1.0)
     for y, (t, acc) in enumerate(zip(tags, finals)):
         eps = best[t]["epsilon"]
         label = f"{acc:.3f}" + ("" if eps is None or eps == "inf" else f"  eps {float(eps):.2f}")
-        bars.text(acc + 0.005, y, label, va="center", fontsize=7)
+        bars.text(acc + errors[y] + 0.005, y, label, va="center", fontsize=7)
     bars.invert_yaxis()
-    bars.set_xlabel("final dev accuracy")
+    seeds = max(len(best[t].get("seed_accuracies", [1])) for t in tags)
+    bars.set_xlabel("final dev accuracy" + (f" (mean +- std over {seeds} seeds)" if seeds > 1 else ""))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=48)
     p.add_argument("--epsilon", type=float, default=8.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--extra-seeds", nargs="*", type=int, default=[],
+                   help="rerun each run's best lr with these seeds too; the table then gives mean and std")
     p.add_argument("--eval-every", type=int, default=66)
+    p.add_argument("--variant", nargs=3, action="append", default=[], metavar=("TAG", "METHOD", "ARGS"),
+                   help="an extra run per lr: TAG METHOD 'more raptor train flags', e.g. "
+                        "raptor-r0.7 raptor '--shared-ratio 0.7' (repeatable)")
     p.add_argument("--sgd-denominator", action="store_true",
                    help="also run raptor under SGD with the public and the uniform denominator")
     p.add_argument("--sgd-lrs", nargs="+", type=float, default=[0.3, 1.0])
@@ -108,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     rows = [run_one(args, m, lr, [], m) for m in args.methods for lr in args.lrs]
+    for tag, method, extra in args.variant:
+        rows += [run_one(args, method, lr, extra.split(), tag) for lr in args.lrs]
     if args.sgd_denominator:
         for denom in ("public", "uniform"):
             rows += [run_one(args, "raptor", lr, ["--optimizer", "sgd", "--denominator", denom], f"raptor-sgd-{denom}")
@@ -116,19 +128,30 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if row["tag"] not in best or row["final_accuracy"] > best[row["tag"]]["final_accuracy"]:
             best[row["tag"]] = row
-    header = f"{'run':<20} {'best lr':>8} {'dev acc':>8} {'epsilon':>8} {'delta':>8} {'sigma':<28} {'s/step':>7}"
+    seeds: dict[str, list[dict]] = {}
+    for tag, row in best.items():
+        seeds[tag] = [row] + [run_one(args, row["method"], row["lr"], row["extra"], tag, seed) for seed in args.extra_seeds]
+        accs = [r["final_accuracy"] for r in seeds[tag]]
+        row["seed_accuracies"] = accs
+        row["mean_accuracy"] = statistics.fmean(accs)
+        row["std_accuracy"] = statistics.stdev(accs) if len(accs) > 1 else None
+    header = (f"{'run':<20} {'best lr':>8} {'dev acc':>8} {'mean+-std (seeds)':>20} {'epsilon':>8} {'delta':>8} "
+              f"{'sigma':<28} {'s/step':>7}")
     print(header)
     print("-" * len(header))
     for tag, row in best.items():
         sigma = ", ".join(f"{k} {v:.3f}" for k, v in row["sigma"].items()) if row["sigma"] else "-"
         eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3f}"
         delta = "-" if row["delta"] is None else f"{row['delta']:.0e}"
-        print(f"{tag:<20} {row['lr']:>8g} {row['final_accuracy']:>8.4f} {eps:>8} {delta:>8} {sigma:<28} "
+        spread = "-" if row["std_accuracy"] is None else \
+            f"{row['mean_accuracy']:.4f}+-{row['std_accuracy']:.4f} ({len(row['seed_accuracies'])})"
+        print(f"{tag:<20} {row['lr']:>8g} {row['final_accuracy']:>8.4f} {spread:>20} {eps:>8} {delta:>8} {sigma:<28} "
               f"{row['seconds_per_step']:>7.3f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"settings": {k: v for k, v in vars(args).items() if k != "force"},
                                           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                          "best": best, "runs": rows}, indent=1))
+                                          "best": best, "runs": rows,
+                                          "seed_runs": {t: rs[1:] for t, rs in seeds.items()}}, indent=1))
     print(f"\nwrote {args.out}")
     if args.plot:
         first = next(iter(best.values()))

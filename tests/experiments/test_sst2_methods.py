@@ -31,16 +31,27 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_main_reuses_finished_runs_and_keeps_the_best_lr(tmp_path, monkeypatch):
     mod = _module()
-    accs = {("raptor", 0.001): 0.6, ("raptor", 0.003): 0.7}
+    accs = {("raptor", 0.001, 0): 0.6, ("raptor", 0.003, 0): 0.7, ("raptor", 0.003, 1): 0.8, ("raptor", 0.003, 2): 0.9}
+    calls = []
 
-    def fake_run(args, method, lr, extra, tag):
-        return {**_row(tag, lr, accs[(method, lr)], 7.9), "method": method, "extra": extra, "sigma": {"shared": 1.0},
-                "seconds_per_step": 0.1}
+    def fake_run(args, method, lr, extra, tag, seed=None):
+        seed = args.seed if seed is None else seed
+        calls.append((method, lr, seed))
+        return {**_row(tag, lr, accs[(method, lr, seed)], 7.9), "method": method, "extra": extra, "seed": seed,
+                "sigma": {"shared": 1.0}, "seconds_per_step": 0.1}
 
     monkeypatch.setattr(mod, "run_one", fake_run)
     out = tmp_path / "r.json"
-    assert mod.main(["--methods", "raptor", "--lrs", "0.001", "0.003", "--out", str(out), "--plot", ""]) == 0
+    argv = ["--methods", "raptor", "--lrs", "0.001", "0.003", "--extra-seeds", "1", "2", "--out", str(out),
+            "--plot", str(tmp_path / "f.png")]
+    assert mod.main(argv) == 0
     import json
 
     res = json.loads(out.read_text())
-    assert res["best"]["raptor"]["lr"] == 0.003 and len(res["runs"]) == 2
+    best = res["best"]["raptor"]
+    assert best["lr"] == 0.003 and len(res["runs"]) == 2
+    # Extra seeds rerun only the best lr.
+    assert calls[2:] == [("raptor", 0.003, 1), ("raptor", 0.003, 2)]
+    assert best["seed_accuracies"] == [0.7, 0.8, 0.9]
+    assert abs(best["mean_accuracy"] - 0.8) < 1e-12 and abs(best["std_accuracy"] - 0.1) < 1e-12
+    assert (tmp_path / "f.png").stat().st_size > 10_000
