@@ -51,6 +51,13 @@ def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], 
             "num_trainable_parameters": res.get("num_trainable_parameters"), "run_dir": str(out)}
 
 
+def _num(value, fmt: str) -> str:
+    """A number for the table; None (not applicable) and "inf" (non-private epsilon, as results.json writes it)."""
+    if value is None:
+        return "-"
+    return format(float(value), fmt)
+
+
 def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
     """Dev accuracy against updates (left) and final dev accuracy (right) per run, at its best lr."""
     import matplotlib
@@ -77,7 +84,7 @@ def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
     bars.set_xlim(max(0.0, low), 1.0)
     for y, (t, acc) in enumerate(zip(tags, finals)):
         eps = best[t]["epsilon"]
-        label = f"{acc:.3f}" + ("" if eps is None or eps == "inf" else f"  eps {float(eps):.2f}")
+        label = f"{acc:.3f}" + ("" if eps is None or eps == "inf" else f"  eps {_num(eps, '.2f')}")
         bars.text(acc + errors[y] + 0.005, y, label, va="center", fontsize=7)
     bars.invert_yaxis()
     seeds = max(len(best[t].get("seed_accuracies", [1])) for t in tags)
@@ -140,9 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for tag, row in best.items():
-        sigma = ", ".join(f"{k} {v:.3f}" for k, v in row["sigma"].items()) if row["sigma"] else "-"
-        eps = "-" if row["epsilon"] is None else f"{row['epsilon']:.3f}"
-        delta = "-" if row["delta"] is None else f"{row['delta']:.0e}"
+        sigma = ", ".join(f"{k} {_num(v, '.3f')}" for k, v in (row["sigma"] or {}).items() if v is not None) or "-"
+        eps, delta = _num(row["epsilon"], ".3f"), _num(row["delta"], ".0e")
         spread = "-" if row["std_accuracy"] is None else \
             f"{row['mean_accuracy']:.4f}+-{row['std_accuracy']:.4f} ({len(row['seed_accuracies'])})"
         print(f"{tag:<20} {row['lr']:>8g} {row['final_accuracy']:>8.4f} {spread:>20} {eps:>8} {delta:>8} {sigma:<28} "
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwrote {args.out}")
     if args.plot:
         first = next(iter(best.values()))
-        delta = next((r["delta"] for r in best.values() if r["delta"] is not None), None)
+        delta = next((r["delta"] for r in best.values() if r["delta"] not in (None, "inf")), None)
         title = (f"SST-2, tiny Switch MoE (raptor train's default size), B={args.batch_size}, {first['steps']} "
                  f"updates, target eps={args.epsilon:g}, delta={delta}; best lr of {args.lrs} per method")
         print(f"wrote {plot(best, Path(args.plot), title=title)}")

@@ -41,6 +41,7 @@ def test_main_reuses_finished_runs_and_keeps_the_best_lr(tmp_path, monkeypatch):
                 "sigma": {"shared": 1.0}, "seconds_per_step": 0.1}
 
     monkeypatch.setattr(mod, "run_one", fake_run)
+    assert mod._num("inf", ".3f") == "inf" and mod._num(None, ".3f") == "-" and mod._num(7.99, ".1f") == "8.0"
     out = tmp_path / "r.json"
     argv = ["--methods", "raptor", "--lrs", "0.001", "0.003", "--extra-seeds", "1", "2", "--out", str(out),
             "--plot", str(tmp_path / "f.png")]
