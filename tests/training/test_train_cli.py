@@ -109,3 +109,11 @@ def test_train_from_a_saved_model_directory(files, tmp_path):
                  "--output-dir", str(out), "--no-progress", "--layers", "1"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["trained_layers"] == [1] and res["model"] == str(tmp_path / "model")
+
+
+def test_nonfinite_records_are_reported_with_their_caveat():
+    from raptor.cli.train import nonfinite_warning
+
+    assert nonfinite_warning(0) is None
+    text = nonfinite_warning(3)
+    assert "3 record-steps" in text and "zeroed" in text and "NOT protected by DP" in text

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -242,7 +243,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"dev accuracy {results['final_accuracy']}, epsilon {eps:.4g} at delta {results['delta']}"
           if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
     print(f"wrote {out / 'results.json'}")
+    warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
+    if warning:
+        print(warning, file=sys.stderr)
     return 0
+
+
+def nonfinite_warning(count: int) -> str | None:
+    """House rule 4: records whose gradient was non-finite were zeroed (the steps still happened); say so."""
+    if not count:
+        return None
+    return (f"raptor train: warning: {count} record-steps had a non-finite per-record gradient; they were zeroed "
+            "before aggregation (every step still happened). This count is NOT protected by DP: do not publish it. "
+            "Lower --lr, or train in float32, and check the data for degenerate records.")
 
 
 def _init_head(args, model, tokenizer) -> list[str] | None:
