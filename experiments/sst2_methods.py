@@ -66,11 +66,13 @@ def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
-    for tag, row in best.items():
+    palette = plt.get_cmap("tab20").colors  # more runs than the default cycle's 10 colours
+    for i, (tag, row) in enumerate(best.items()):
         steps = [e["step"] for e in row["evals"]]
         accs = [e["accuracy"] for e in row["evals"]]
         style = "--" if tag == "nonprivate" else "-"
-        curves.plot(steps, accs, style, marker="o", markersize=3, label=f"{tag} (lr {row['lr']:g})")
+        curves.plot(steps, accs, style, marker="o", markersize=3, color=palette[(2 * i) % 20 + (2 * i) // 20 % 2],
+                    label=f"{tag} (lr {row['lr']:g})")
     curves.set_xlabel("update")
     curves.set_ylabel("dev accuracy")
     curves.grid(alpha=0.3)
