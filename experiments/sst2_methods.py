@@ -66,12 +66,13 @@ def plot(best: dict[str, dict], path: Path, *, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (curves, bars) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
-    palette = plt.get_cmap("tab20").colors  # more runs than the default cycle's 10 colours
+    tab20 = plt.get_cmap("tab20").colors  # more runs than the default cycle's 10 colours: dark shades first
+    palette = tab20[0::2] + tab20[1::2]
     for i, (tag, row) in enumerate(best.items()):
         steps = [e["step"] for e in row["evals"]]
         accs = [e["accuracy"] for e in row["evals"]]
         style = "--" if tag == "nonprivate" else "-"
-        curves.plot(steps, accs, style, marker="o", markersize=3, color=palette[(2 * i) % 20 + (2 * i) // 20 % 2],
+        curves.plot(steps, accs, style, marker="o", markersize=3, color=palette[i % len(palette)],
                     label=f"{tag} (lr {row['lr']:g})")
     curves.set_xlabel("update")
     curves.set_ylabel("dev accuracy")
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwrote {args.out}")
     if args.plot:
         first = next(iter(best.values()))
-        delta = next((r["delta"] for r in best.values() if r["delta"] not in (None, "inf")), None)
+        delta = next((r["delta"] for r in best.values() if r["delta"] is not None), None)
         title = (f"SST-2, tiny Switch MoE (raptor train's default size), B={args.batch_size}, {first['steps']} "
                  f"updates, target eps={args.epsilon:g}, delta={delta}; best lr of {args.lrs} per method")
         print(f"wrote {plot(best, Path(args.plot), title=title)}")
