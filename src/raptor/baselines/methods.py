@@ -44,6 +44,7 @@ from raptor.roles import public_stats as ps
 from raptor.roles.layer_choice import choose_from_owners
 from raptor.training.config import TrainConfig
 from raptor.training.head_init import HEAD_ATTRS
+from raptor.training.objectives import loss_fn_for, task_type_of
 from raptor.training.plain import PlainEngine
 from raptor.training.plan import FixedPlan, nonprivate_plan
 from raptor.training.release import build_stream_setup
@@ -226,12 +227,15 @@ def make_plan(config: TrainConfig, spec: MethodSpec, *, dataset_size: int, num_l
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
-                  public: Records, plain: bool = False) -> Trainer:
+                  public: Records, plain: bool = False, evaluator=None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private.
     ``plain=True`` keeps the method's trainable set but uses ordinary autograd gradients (no
     clipping, no noise, nothing recorded): the plain-training reference of the equivalence tests.
+    ``evaluator`` (:class:`raptor.evaluation.Evaluator`) scores the model with the task's metrics
+    on its validation split(s); by default accuracy (or Pearson/Spearman for a one-output head)
+    on ``validation``.
     """
     spec = METHOD_SPECS[config.method]
     if plain:
@@ -261,13 +265,14 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
         model = apply_lora(model, config, init)
     else:
         set_trainable(model, layers, policy=spec.trainable, trained_layers=trained)
+    loss_fn = loss_fn_for(task_type_of(model))  # squared error for a one-output (regression) head
     if spec.grouping is None:
-        engine = PlainEngine(model)
+        engine = PlainEngine(model, loss_fn)
     else:
         from raptor.per_sample.engine import PerRecordEngine
 
         engine = PerRecordEngine(model, trained_layers=trained if spec.grouping == "roles" else (),
-                                 grouping=spec.grouping)
+                                 grouping=spec.grouping, loss_fn=loss_fn)
     shares = {layer: ps.owner_shares(routing[layer], num_experts[layer], config.privacy.pseudo_count).tolist()
               for layer in trained}
     priv = config.privacy
@@ -291,5 +296,5 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
 
         ledger = PrivacyLedger(accountant=priv.accountant, adjacency=priv.adjacency)
     return Trainer(model=model, engine=engine, train=train, validation=validation, setup=setup, plan=plan,
-                   ledger=ledger, config=config,
+                   ledger=ledger, config=config, evaluator=evaluator,
                    extra_results={"trained_layers": list(trained), "method_spec": spec.__dict__})

@@ -66,6 +66,8 @@ def _unknown_family(name: str) -> UnsupportedModelError:
 def _classification_loss(logits_BK: torch.Tensor, labels_B: torch.Tensor | None, reduction: str):
     if labels_B is None:
         return None
+    if logits_BK.shape[-1] == 1:  # a regression head: squared error against float targets
+        return nn.functional.mse_loss(logits_BK.float()[:, 0], labels_B.float(), reduction=reduction)
     return nn.functional.cross_entropy(logits_BK.float(), labels_B, reduction=reduction)
 
 
@@ -281,18 +283,22 @@ def _family_kwargs(family: str, s: TinySize) -> dict:
 
 
 def tiny_config(family: str, *, num_labels: int = 2, size: TinySize | None = None, **overrides) -> PretrainedConfig:
-    """A small config of ``family`` with a ``num_labels``-way classification head.
+    """A small config of ``family`` with a ``num_labels``-way classification head, or, with
+    ``num_labels=1``, a one-output regression head (``problem_type="regression"``, the Hugging
+    Face convention).
 
     ``overrides`` are set on the config last (for example ``num_layers=4`` for Switch).
     """
     if family not in FAMILIES:
         raise _unknown_family(family)
-    if num_labels < 2:
-        raise ConfigError(f"num_labels must be >= 2, got {num_labels}")
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ConfigError(f"num_labels must be >= 1 (1: a regression head), got {num_labels}")
     kwargs = _family_kwargs(family, size or TinySize())
     kwargs.update(overrides)
     config = CONFIG_MAPPING[family](**kwargs)
     config.num_labels = num_labels
+    if num_labels == 1:
+        config.problem_type = "regression"
     return config
 
 
@@ -362,6 +368,8 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwa
     cls = classification_class(model_type)
     if num_labels is not None:
         kwargs["num_labels"] = num_labels
+        if num_labels == 1:
+            kwargs["problem_type"] = "regression"
     model = cls.from_pretrained(str(name_or_path), **kwargs)
     model.eval()
     return model

@@ -36,10 +36,11 @@ def squared_error_per_record(logits_B1: torch.Tensor, labels_B: torch.Tensor) ->
 
 
 def task_type_of(model: nn.Module) -> str:
-    """``"regression"`` for a one-output head, else ``"classification"`` (PEFT wrapping looked through)."""
+    """``"regression"`` for a one-output head (``config.num_labels == 1`` or ``problem_type ==
+    "regression"``), else ``"classification"``; a model without a Hugging Face config is a classifier."""
     config = getattr(model, "config", None)
     if config is None:
-        raise ConfigError(f"{type(model).__name__} has no config: cannot tell a regression head from a classifier")
+        return "classification"
     if getattr(config, "problem_type", None) == "regression" or getattr(config, "num_labels", 2) == 1:
         return "regression"
     return "classification"
