@@ -1,8 +1,13 @@
 """Fine-tune an MoE classifier with RAPTOR or a baseline, under (epsilon, delta)-DP, and write results.json.
 
-Data: ``--task T --data-dir DIR`` (official GLUE TSV layout), or ``--train-file/--validation-file``
-(CSV/TSV/JSONL with ``--text-column``/``--label-column``), or, with neither, the SST-2 sample
-bundled with raptor. The public corpus is ``--public-file`` or a deterministic slice of the
+Data: ``--task T --data-dir DIR`` (official GLUE TSV layout; T is any of sst2, mrpc, rte, cola,
+stsb, wnli, qnli, qqp, mnli), ``--task T`` alone (the local Hugging Face datasets cache, read
+offline; ``--hf-cache DIR``), or ``--train-file/--validation-file`` (CSV/TSV/JSONL with
+``--text-column``/``--label-column``, ``--task-type`` classification/regression, inferred by
+default), or, with none, the SST-2 sample bundled with raptor. STS-B and float labels train a
+one-output regression head with squared-error loss. Each task is scored with its GLUE metrics
+(CoLA Matthews; MRPC/QQP F1 and accuracy; STS-B Pearson and Spearman; MNLI matched and
+mismatched accuracy; the others accuracy) at every evaluation point. The public corpus is ``--public-file`` or a deterministic slice of the
 training split (``--public-size``, removed from the private set); the rest of the training split
 is private. The tokenizer (for tiny families, trained on the public corpus only), the layer
 choice, the public owner shares and the per-expert clip norms come from the public corpus.
@@ -17,8 +22,8 @@ only). ``--resume DIR`` continues a checkpoint's run and ledger.
 
 Privacy: without ``--seed`` the sampling and noise generators are seeded from the OS CSPRNG;
 ``--seed`` makes the run reproducible and NOT secure. The training loss is never shown (it is a
-statistic of private records); the progress bar shows the dev loss and accuracy at evaluation points and
-the epsilon spent so far.
+statistic of private records); the progress bar shows the dev loss and the task's main metric at
+evaluation points and the epsilon spent so far.
 """
 
 from __future__ import annotations
@@ -47,8 +52,15 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, data and public-corpus flags shared by ``raptor train`` and ``raptor inspect``."""
     parser.add_argument("--model", default="switch_transformers",
                         help="tiny family name (random init), local save_pretrained dir, or hub name")
-    parser.add_argument("--task", default=None, help="GLUE task (sst2, mrpc, rte, ...) read from --data-dir")
+    parser.add_argument("--task", default=None,
+                        help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli; read from --data-dir, "
+                             "or without it from the local Hugging Face datasets cache (offline)")
     parser.add_argument("--data-dir", default=None, help="GLUE directory in the official TSV layout")
+    parser.add_argument("--hf-cache", default=None,
+                        help="datasets cache for --task without --data-dir (default: the datasets library's)")
+    parser.add_argument("--task-type", choices=("auto", "classification", "regression"), default="auto",
+                        help="--train-file labels: classes, or float scores (one-output head, MSE); default auto: "
+                             "regression when every label is a number and some is fractional or there are >20 values")
     parser.add_argument("--train-file", default=None, help="CSV/TSV/JSONL training file (private)")
     parser.add_argument("--validation-file", default=None, help="CSV/TSV/JSONL validation file")
     parser.add_argument("--text-column", nargs="+", default=None, help="one text column, or two for pairs")
@@ -139,28 +151,40 @@ def _load_splits(args):
         if args.task and args.data_dir:
             raise ConfigError("give either --task/--data-dir or --train-file, not both")
         return load_user_files(args.train_file, args.validation_file, text_columns=args.text_column,
-                               label_column=args.label_column, task=args.task), f"files {args.train_file}"
-    if args.task or args.data_dir:
-        if not (args.task and args.data_dir):
-            raise ConfigError("--task needs --data-dir (a GLUE directory in the official TSV layout) and vice versa")
+                               label_column=args.label_column, task=args.task,
+                               task_type=args.task_type), f"files {args.train_file}"
+    if args.task_type != "auto":
+        raise ConfigError("--task-type applies to --train-file; a GLUE --task has its own type (stsb: regression)")
+    if args.data_dir:
+        if not args.task:
+            raise ConfigError("--data-dir needs --task (sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli)")
         return load_glue_dir(args.data_dir, args.task), f"{args.task} from {args.data_dir}"
+    if args.task:
+        from raptor.data import load_glue_cache
+
+        return load_glue_cache(args.task, cache_dir=args.hf_cache), f"{args.task} from the Hugging Face cache"
     return load_bundled_sst2(), "sst2 (bundled sample)"
 
 
 def load_data(args):
-    """(splits description, PublicPrivateSplit, validation data or None)."""
+    """(splits description, PublicPrivateSplit, DataSplits: validation split(s), task type, metrics)."""
     from raptor.data import load_user_files, separate_public, split_public_private
+    from raptor.training.head_init import REGRESSION_REFUSAL
 
     splits, source = _load_splits(args)
+    if splits.task_type == "regression" and getattr(args, "head_init", "random") == "label-words":
+        raise ConfigError(REGRESSION_REFUSAL)
     if args.public_file:
+        regression = splits.task_type == "regression"
         public = load_user_files(args.public_file, text_columns=args.text_column, label_column=args.label_column,
-                                 task=args.task, label_names=splits.label_names).train
+                                 task=args.task, label_names=None if regression else splits.label_names,
+                                 task_type=splits.task_type).train
         split = separate_public(public, splits.train)
     else:
         size = args.public_size
         size = int(size) if size >= 1 else float(size)
         split = split_public_private(splits.train, public_size=size, seed=0)
-    return source, split, splits.validation
+    return source, split, splits
 
 
 def load_model_and_tokenizer(args, public, num_labels: int, generator: torch.Generator):
@@ -203,22 +227,28 @@ def _subset(data, n):
 def run(args: argparse.Namespace) -> int:
     from raptor.accounting.ledger import PrivacyLedger
     from raptor.baselines.methods import build_trainer
+    from raptor.evaluation import Evaluator
     from raptor.mechanisms import GeneratorSpec
 
     config = config_from_args(args)
     started = time.perf_counter()
-    source, split, validation = load_data(args)
+    source, split, splits = load_data(args)
     private = _subset(split.private, args.max_train_samples)
-    validation = _subset(validation, args.max_eval_samples) if validation is not None else None
+    dev_sets = {name: _subset(data, args.max_eval_samples) for name, data in splits.validation_sets().items()}
+    validation = next(iter(dev_sets.values()), None)
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(args, split.public, private.num_labels, init)
     label_words = _init_head(args, model, tokenizer)
     train = to_records(tokenizer, private, args.max_length)
     public = to_records(tokenizer, split.public, args.max_length)
-    val = to_records(tokenizer, validation, args.max_length) if validation is not None else None
+    dev_records = {name: to_records(tokenizer, data, args.max_length) for name, data in dev_sets.items()}
+    val = next(iter(dev_records.values()), None)
+    evaluator = Evaluator(dev_records, task_type=splits.task_type, metrics=splits.metric_names,
+                          batch_size=config.performance.eval_batch_size, device=config.performance.device) \
+        if dev_records else None
     if config.batch_size >= len(private):
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(private)} private records")
-    trainer = build_trainer(config, model, train=train, validation=val, public=public)
+    trainer = build_trainer(config, model, train=train, validation=val, public=public, evaluator=evaluator)
     if args.resume:
         trainer.resume(args.resume, PrivacyLedger.from_dict)
     print(f"raptor train: {config.method} on {source}: {len(private):,} private / {len(split.public):,} public / "
@@ -232,7 +262,9 @@ def run(args: argparse.Namespace) -> int:
     trainer.save(out / "checkpoint")
     results.update({
         "data": {"source": source, "private_records": len(private), "public_records": len(split.public),
-                 "public_rule": split.rule, "dev_records": len(validation) if validation is not None else 0},
+                 "public_rule": split.rule, "dev_records": len(validation) if validation is not None else 0,
+                 "dev_sets": {name: len(data) for name, data in dev_sets.items()}, "task_type": splits.task_type,
+                 "metrics": list(splits.metric_names)},
         "model": args.model, "head_init": {"rule": args.head_init, "label_words": label_words},
         "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
@@ -240,8 +272,9 @@ def run(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
                                                  allow_nan=False) + "\n")
     eps = results["epsilon"]
-    print(f"dev accuracy {results['final_accuracy']}, epsilon {eps:.4g} at delta {results['delta']}"
-          if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in results["final_metrics"].items()) or "no dev split"
+    print(f"dev {shown}; epsilon {eps:.4g} at delta {results['delta']}"
+          if math.isfinite(eps) else f"dev {shown} (non-private: epsilon = inf)")
     print(f"wrote {out / 'results.json'}")
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:
