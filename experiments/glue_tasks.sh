@@ -6,8 +6,8 @@ set -euo pipefail
 GLUE=${GLUE:-../shared/data/glue}
 OUT=${OUT:-runs/glue_tasks}
 PY=${PY:-python}
-SMALL=(--max-train-samples 2000 --max-eval-samples 500 --public-size 300 --steps 30 --batch-size 32
-       --max-length 48 --vocab-size 2000 --lr 1e-3 --seed 0 --no-progress)
+SMALL=(--max-train-samples 1000 --max-eval-samples 300 --public-size 300 --steps 20 --batch-size 32
+       --max-length 32 --hidden-size 32 --vocab-size 2000 --lr 1e-3 --seed 0 --no-progress)
 for task in sst2 mrpc rte stsb wnli; do
   for method in nonprivate raptor; do
     $PY -m raptor.cli.main train --task "$task" --data-dir "$GLUE" --method "$method" --epsilon 8 \
