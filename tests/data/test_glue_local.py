@@ -22,11 +22,30 @@ from raptor.errors import DataError
         # GLUE paper / hub: 3,668. The copy checked here has 3,667 data rows (3,668 lines with the header).
         ("mrpc", 3_667, 408),
         ("rte", 2_490, 277),
+        ("stsb", 5_749, 1_500),
+        ("wnli", 635, 71),
     ],
 )
 def test_real_row_counts(glue_dir, task, n_train, n_dev):
     splits = load_glue_dir(glue_dir, task)
     assert (len(splits.train), len(splits.validation)) == (n_train, n_dev)
+
+
+def test_real_stsb_float_scores(glue_dir):
+    splits = load_glue_dir(glue_dir, "stsb")
+    assert splits.task_type == "regression" and splits.metric_names == ("pearson", "spearman")
+    assert splits.train.texts[0] == "A plane is taking off."
+    assert splits.train.text_pairs[0] == "An air plane is taking off."
+    assert splits.train.labels[:2] == (5.0, 3.8)
+    assert all(0.0 <= y <= 5.0 for y in splits.train.labels + splits.validation.labels)
+    assert splits.train.num_labels == 1 and splits.train.label_names == ()
+
+
+def test_real_wnli_and_metrics_of_real_tasks(glue_dir):
+    wnli = load_glue_dir(glue_dir, "wnli")
+    assert wnli.train.texts[0].startswith("I stuck a pin through a carrot.") and wnli.train.labels[0] == 1
+    assert load_glue_dir(glue_dir, "mrpc").metric_names == ("f1", "accuracy")
+    assert set(wnli.validation_sets()) == {"dev"}
 
 
 def test_real_sst2_first_rows(glue_dir):
@@ -97,6 +116,43 @@ def test_mnli_dev_matched_with_extra_columns(tmp_path, write):
     assert splits.train.labels == (0,)
     assert splits.validation.labels == (2,)
     assert splits.validation.text_pairs == ("It is dry.",)
+
+
+MNLI_TRAIN_HEADER = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+                     "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+MNLI_DEV_HEADER = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+                   "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\tlabel4\t"
+                   "label5\tgold_label")
+
+
+def _mnli_row(i, s1, s2, gold, annotators):
+    return "\t".join([str(i), "31193", f"{i}n", "government", "( x )", "( y )", "(ROOT x)", "(ROOT y)", s1, s2,
+                      *annotators, gold])
+
+
+def test_mnli_matched_and_mismatched_in_the_official_layout(tmp_path, write):
+    write("MNLI/train.tsv", "\n".join([MNLI_TRAIN_HEADER, _mnli_row(0, "A", "B", "neutral", ["neutral"])]) + "\n")
+    five = ["neutral", "entailment", "neutral", "neutral", "contradiction"]
+    write("MNLI/dev_matched.tsv", "\n".join([MNLI_DEV_HEADER, _mnli_row(1, "C", "D", "entailment", five),
+                                             _mnli_row(2, "E", "F", "contradiction", five)]) + "\n")
+    splits = load_glue_dir(tmp_path, "mnli")
+    assert list(splits.validation_sets()) == ["matched"]  # dev_mismatched absent: matched only
+    write("MNLI/dev_mismatched.tsv", "\n".join([MNLI_DEV_HEADER, _mnli_row(3, "G", "H", "neutral", five)]) + "\n")
+    splits = load_glue_dir(tmp_path, "mnli")
+    sets = splits.validation_sets()
+    assert list(sets) == ["matched", "mismatched"]
+    assert sets["matched"].labels == (0, 2) and sets["mismatched"].labels == (1,)
+    assert sets["mismatched"].texts == ("G",) and sets["mismatched"].text_pairs == ("H",)
+    assert splits.train.labels == (1,)
+
+
+def test_stsb_non_numeric_score_names_file_and_line(tmp_path, write):
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    write("STS-B/train.tsv", f"{header}\n0\tmain\tMSRvid\t2012\t1\tnone\tnone\tA\tB\t2.5\n"
+                             f"1\tmain\tMSRvid\t2012\t2\tnone\tnone\tC\tD\tfive\n")
+    write("STS-B/dev.tsv", f"{header}\n0\tmain\tMSRvid\t2012\t1\tnone\tnone\tA\tB\t2.5\n")
+    with pytest.raises(DataError, match=r"STS-B/train.tsv: line 3: label 'five' in column 'score' is not a number"):
+        load_glue_dir(tmp_path, "stsb")
 
 
 def test_gzipped_tsv(tmp_path):
@@ -186,6 +242,8 @@ OFFICIAL = {
     "wnli": ("index\tsentence1\tsentence2\tlabel", "0\tA\tB\t0", 0),
     "mnli": ("index\tsentence1\tsentence2\tgold_label", "0\tA\tB\tneutral", 1),
     "cola": (None, "src\t0\t*\tA", 0),
+    "stsb": ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore",
+             "0\tmain-news\theadlines\t2013\t0001\tnone\tnone\tA\tB\t3.200", 3.2),
 }
 
 

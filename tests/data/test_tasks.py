@@ -8,8 +8,34 @@ from raptor.data.tasks import GLUE_TASKS, TaskSpec, get_task
 from raptor.errors import ConfigError, DataError
 
 
-def test_all_eight_classification_tasks():
-    assert set(GLUE_TASKS) == {"sst2", "mrpc", "rte", "cola", "qnli", "mnli", "qqp", "wnli"}
+def test_all_nine_tasks():
+    assert set(GLUE_TASKS) == {"sst2", "mrpc", "rte", "cola", "qnli", "mnli", "qqp", "wnli", "stsb"}
+    assert [n for n, s in GLUE_TASKS.items() if s.is_regression] == ["stsb"]
+
+
+@pytest.mark.parametrize("name, metrics", [
+    ("cola", ("matthews_correlation",)), ("mrpc", ("f1", "accuracy")), ("qqp", ("f1", "accuracy")),
+    ("stsb", ("pearson", "spearman")), ("mnli", ("accuracy",)), ("sst2", ("accuracy",)), ("qnli", ("accuracy",)),
+    ("rte", ("accuracy",)), ("wnli", ("accuracy",)),
+])
+def test_each_task_names_its_glue_metrics(name, metrics):
+    assert GLUE_TASKS[name].metrics == metrics
+
+
+def test_mnli_has_matched_and_mismatched_validation():
+    assert GLUE_TASKS["mnli"].validation_splits == (
+        ("matched", "dev_matched", "validation_matched"), ("mismatched", "dev_mismatched", "validation_mismatched"))
+    assert GLUE_TASKS["sst2"].validation_splits == (("dev", "dev", "validation"),)
+
+
+def test_stsb_is_regression_with_float_scores():
+    stsb = get_task("STS-B")
+    assert stsb.num_labels == 1 and stsb.label_column == "score" and stsb.is_pair
+    assert stsb.label_id(" 3.800 ", where="x") == pytest.approx(3.8)
+    with pytest.raises(DataError, match=r"f\.tsv: line 4: label 'high' in column 'score' is not a number"):
+        stsb.label_id("high", where="f.tsv: line 4")
+    with pytest.raises(DataError, match="not finite"):
+        stsb.label_id("nan", where="f.tsv: line 5")
 
 
 @pytest.mark.parametrize(
@@ -23,6 +49,7 @@ def test_all_eight_classification_tasks():
         ("qnli", True, 2, "dev", "validation", ("question", "sentence")),
         ("qqp", True, 2, "dev", "validation", ("question1", "question2")),
         ("mnli", True, 3, "dev_matched", "validation_matched", ("premise", "hypothesis")),
+        ("stsb", True, 1, "dev", "validation", ("sentence1", "sentence2")),
     ],
 )
 def test_spec_fields(name, pair, num_labels, validation, hub_validation, hub_columns):
@@ -63,8 +90,8 @@ def test_aliases(alias):
 
 
 def test_unknown_task():
-    with pytest.raises(ConfigError, match="unknown GLUE task 'stsb'.*sst2"):
-        get_task("stsb")
+    with pytest.raises(ConfigError, match="unknown GLUE task 'sts'.*sst2"):
+        get_task("sts")
 
 
 def test_spec_validation():

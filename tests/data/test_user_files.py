@@ -125,8 +125,8 @@ def test_no_default_text_column(write):
 def test_unknown_validation_label(write):
     train = write("train.csv", "sentence,label\na,neg\nb,pos\n")
     dev = write("dev.csv", "sentence,label\nc,pos\nd,neutral\n")
-    with pytest.raises(DataError, match=r"dev.csv: line 3: unknown label 'neutral' in column 'label'; "
-                                        r"expected one of the train file's labels \['neg', 'pos'\]"):
+    with pytest.raises(DataError, match=r"dev.csv: line 3: class 'neutral' \(column 'label'\) is in the validation "
+                                        r"file but not in the train file .*train.csv, whose classes are \['neg', 'pos'\]"):
         load_user_files(train, dev)
 
 
@@ -187,10 +187,78 @@ def test_bad_json_line(write):
         load_user_files(train)
 
 
-def test_float_label_rejected(write):
-    train = write("train.jsonl", jsonl({"sentence": "a", "label": 0.5}))
-    with pytest.raises(DataError, match=r"line 1: label 0.5 .*regression targets are not supported"):
+def test_list_label_rejected(write):
+    train = write("train.jsonl", jsonl({"sentence": "a", "label": [0.5]}))
+    with pytest.raises(DataError, match=r"line 1: label \[0.5\] in column 'label' must be a string or a number"):
         load_user_files(train)
+
+
+# --------------------------------------------------------------------------------------------
+# Regression
+# --------------------------------------------------------------------------------------------
+
+
+def test_float_labels_infer_regression_pair_csv(write):
+    train = write("train.csv", "s1,s2,score\na,b,3.8\nc,d,0.25\ne,f,5\n")
+    dev = write("dev.csv", "s1,s2,score\ng,h,1.5\n")
+    splits = load_user_files(train, dev, text_columns=["s1", "s2"], label_column="score")
+    assert splits.task_type == "regression" and splits.train.num_labels == 1
+    assert splits.train.labels == (3.8, 0.25, 5.0) and splits.validation.labels == (1.5,)
+    assert splits.train.label_names == () and splits.train.text_pairs == ("b", "d", "f")
+    assert splits.metric_names == ("pearson", "spearman")
+
+
+def test_float_json_labels_single_text(write):
+    train = write("train.jsonl", jsonl({"text": "a", "label": 0.5}, {"text": "b", "label": 2}))
+    splits = load_user_files(train)
+    assert splits.task_type == "regression" and splits.train.labels == (0.5, 2.0)
+
+
+def test_many_integer_values_infer_regression_few_stay_classes(write):
+    many = write("many.tsv", "sentence\tlabel\n" + "".join(f"s{i}\t{i}\n" for i in range(21)))
+    assert load_user_files(many).task_type == "regression"
+    few = write("few.tsv", "sentence\tlabel\n" + "".join(f"s{i}\t{i % 5 + 1}\n" for i in range(30)))
+    splits = load_user_files(few)  # star ratings 1..5: classes
+    assert splits.task_type == "classification" and splits.train.label_names == ("1", "2", "3", "4", "5")
+    binary = write("binary.csv", "sentence,label\na,1.0\nb,0.0\n")  # whole floats: classes
+    assert load_user_files(binary).train.label_names == ("0.0", "1.0")
+
+
+def test_task_type_forces_regression_or_classification(write):
+    train = write("train.csv", "sentence,label\na,1\nb,0\nc,1\n")
+    assert load_user_files(train, task_type="regression").train.labels == (1.0, 0.0, 1.0)
+    floats = write("floats.csv", "sentence,label\na,0.5\nb,1.5\n")
+    assert load_user_files(floats, task_type="classification").train.label_names == ("0.5", "1.5")
+    with pytest.raises(DataError, match="--task-type must be one of auto, classification, regression"):
+        load_user_files(train, task_type="ordinal")
+
+
+def test_regression_label_not_a_number_names_file_and_line(write):
+    train = write("train.csv", "sentence,label\na,0.5\nb,high\nc,2.5\n")
+    with pytest.raises(DataError, match=r"train.csv: line 3: label 'high' in column 'label' is not a number"):
+        load_user_files(train, task_type="regression")
+    train = write("ok.csv", "sentence,label\na,0.5\nb,2.5\n")
+    dev = write("dev.tsv", "sentence\tlabel\nx\t1.5\ny\t\u2013\n")
+    with pytest.raises(DataError, match=r"dev.tsv: line 3: label '\u2013' in column 'label' is not a number"):
+        load_user_files(train, dev)
+    bad = write("inf.csv", "sentence,label\na,0.5\nb,inf\n")
+    with pytest.raises(DataError, match=r"inf.csv: line 3: label 'inf' .*not finite"):
+        load_user_files(bad, task_type="regression")
+
+
+def test_stsb_task_on_user_files_is_regression(write):
+    train = write("train.tsv", "sentence1\tsentence2\tlabel\na\tb\t4.2\nc\td\t1\n")
+    splits = load_user_files(train, text_columns=["sentence1", "sentence2"], task="stsb")
+    assert splits.task_type == "regression" and splits.train.labels == (4.2, 1.0)
+    assert splits.metric_names == ("pearson", "spearman")
+    with pytest.raises(DataError, match="--task stsb is a regression task; drop --task-type classification"):
+        load_user_files(train, text_columns=["sentence1", "sentence2"], task="stsb", task_type="classification")
+
+
+def test_task_metrics_come_with_user_files(write):
+    train = write("train.tsv", "sentence1\tsentence2\tlabel\na\tb\t1\nc\td\t0\n")
+    splits = load_user_files(train, text_columns=["sentence1", "sentence2"], task="mrpc")
+    assert splits.metric_names == ("f1", "accuracy")
 
 
 def test_non_string_text(write):

@@ -41,3 +41,13 @@ def test_switch_lora_on_experts_lands_in_expert_groups():
 def test_engine_matches_reference_in_float32(family):
     report = check_family(family, grouping="roles", batch_size=4, seq_len=8, seed=7, dtype="float32")
     assert report.passed, report
+
+
+@pytest.mark.parametrize("grouping", ["roles", "dense"])
+@pytest.mark.parametrize("family", ["switch_transformers", "olmoe", "qwen2_moe"])
+def test_engine_matches_reference_with_a_regression_head(family, grouping):
+    """One output, float labels, per-record squared error: engine vs the one-record loop."""
+    report = check_family(family, grouping=grouping, batch_size=5, seq_len=8, seed=11, num_labels=1)
+    assert report.head == "regression"
+    assert report.passed, report
+    assert report.clipped_groups >= 1

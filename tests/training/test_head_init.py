@@ -14,8 +14,8 @@ from raptor.training.head_init import LABEL_WORDS, classification_head, init_hea
 CORPUS = ["a positive review", "a negative one", "yes no maybe so"] * 20
 
 
-def test_every_glue_task_has_one_word_per_label():
-    assert set(LABEL_WORDS) == set(GLUE_TASKS)
+def test_every_glue_classification_task_has_one_word_per_label():
+    assert set(LABEL_WORDS) == {n for n, spec in GLUE_TASKS.items() if not spec.is_regression}
     for task, words in LABEL_WORDS.items():
         assert len(words) == GLUE_TASKS[task].num_labels, task
 
@@ -41,3 +41,14 @@ def test_wrong_number_of_words_is_a_clear_error():
     model = build_model("switch_transformers", num_labels=2, generator=torch.Generator().manual_seed(0), size=size)
     with pytest.raises(ConfigError, match="one word per label"):
         init_head_from_label_words(model, tok, ["yes", "no", "maybe"])
+
+
+def test_regression_head_is_refused_with_a_clear_message():
+    tok = train_wordpiece(CORPUS, vocab_size=60, lowercase=True)
+    size = TinySize(vocab_size=len(tok), hidden_size=32, num_layers=1, num_heads=2, num_experts=2, top_k=1,
+                    expert_intermediate=32, max_positions=64)
+    model = build_model("switch_transformers", num_labels=1, generator=torch.Generator().manual_seed(0), size=size)
+    before = classification_head(model).weight.clone()
+    with pytest.raises(ConfigError, match="--head-init label-words does not apply to regression.*--head-init random"):
+        init_head_from_label_words(model, tok, ["score"])
+    assert torch.equal(classification_head(model).weight, before)

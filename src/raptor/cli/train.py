@@ -1,8 +1,13 @@
 """Fine-tune an MoE classifier with RAPTOR or a baseline, under (epsilon, delta)-DP, and write results.json.
 
-Data: ``--task T --data-dir DIR`` (official GLUE TSV layout), or ``--train-file/--validation-file``
-(CSV/TSV/JSONL with ``--text-column``/``--label-column``), or, with neither, the SST-2 sample
-bundled with raptor. The public corpus is ``--public-file`` or a deterministic slice of the
+Data: ``--task T --data-dir DIR`` (official GLUE TSV layout; T is any of sst2, mrpc, rte, cola,
+stsb, wnli, qnli, qqp, mnli), ``--task T`` alone (the local Hugging Face datasets cache, read
+offline; ``--hf-cache DIR``), or ``--train-file/--validation-file`` (CSV/TSV/JSONL with
+``--text-column``/``--label-column``, ``--task-type`` classification/regression, inferred by
+default), or, with none, the SST-2 sample bundled with raptor. STS-B and float labels train a
+one-output regression head with squared-error loss. Each task is scored with its GLUE metrics
+(CoLA Matthews; MRPC/QQP F1 and accuracy; STS-B Pearson and Spearman; MNLI matched and
+mismatched accuracy; the others accuracy) at every evaluation point. The public corpus is ``--public-file`` or a deterministic slice of the
 training split (``--public-size``, removed from the private set); the rest of the training split
 is private. The tokenizer (for tiny families, trained on the public corpus only), the layer
 choice, the public owner shares and the per-expert clip norms come from the public corpus.
@@ -10,15 +15,15 @@ choice, the public owner shares and the per-expert clip norms come from the publ
 Model: a tiny family name (``switch_transformers``, ``olmoe``, ...: random init), a local
 ``save_pretrained`` directory or a hub name.
 
-Outputs in ``--output-dir``: ``results.json`` (config, dev accuracy per evaluation, epsilon and
+Outputs in ``--output-dir``: ``results.json`` (config, the task's dev metrics per evaluation, epsilon and
 delta from the ledger, sigma per stream, steps, seconds per step, peak memory, public layer
 table) and ``checkpoint/`` (trainable parameters, optimizers, ledger; RNG states for seeded runs
 only). ``--resume DIR`` continues a checkpoint's run and ledger.
 
 Privacy: without ``--seed`` the sampling and noise generators are seeded from the OS CSPRNG;
 ``--seed`` makes the run reproducible and NOT secure. The training loss is never shown (it is a
-statistic of private records); the progress bar shows the dev loss and accuracy at evaluation points and
-the epsilon spent so far.
+statistic of private records); the progress bar shows the dev loss and the task's main metric at
+evaluation points and the epsilon spent so far.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 import torch
 
 from raptor.data.loaders import DEFAULT_PUBLIC_SIZE, DataSource
+from raptor.data.user_files import TASK_TYPES
 from raptor.errors import ConfigError
 from raptor.training.config import (
     ACCOUNTANTS,
@@ -56,8 +62,15 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, data and public-corpus flags shared by ``raptor train`` and ``raptor inspect``."""
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help="tiny family name (random init), local save_pretrained dir, or hub name")
-    parser.add_argument("--task", default=None, help="GLUE task (sst2, mrpc, rte, ...) read from --data-dir")
+    parser.add_argument("--task", default=None,
+                        help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli; read from --data-dir, "
+                             "or without it from the local Hugging Face datasets cache (offline)")
     parser.add_argument("--data-dir", default=None, help="GLUE directory in the official TSV layout")
+    parser.add_argument("--hf-cache", default=None,
+                        help="datasets cache for --task without --data-dir (default: the datasets library's)")
+    parser.add_argument("--task-type", choices=TASK_TYPES, default="auto",
+                        help="--train-file labels: classes, or float scores (one-output head, MSE); default auto: "
+                             "regression when every label is a number and some is fractional or there are >20 values")
     parser.add_argument("--train-file", default=None, help="CSV/TSV/JSONL training file (private)")
     parser.add_argument("--validation-file", default=None, help="CSV/TSV/JSONL validation file")
     parser.add_argument("--text-column", nargs="+", default=None, help="one text column, or two for pairs")
@@ -80,7 +93,8 @@ def data_source(args: argparse.Namespace) -> DataSource:
     return DataSource(task=args.task, data_dir=args.data_dir, train_file=args.train_file,
                       validation_file=args.validation_file, text_columns=args.text_column,
                       label_column=args.label_column, public_file=args.public_file, public_size=args.public_size,
-                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
+                      hf_cache=getattr(args, "hf_cache", None), task_type=getattr(args, "task_type", "auto"))
 
 
 def model_source(args: argparse.Namespace) -> ModelSource:
@@ -164,11 +178,15 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     started = time.perf_counter()
     data = load_data(data_source(args))
+    if data.task_type == "regression" and args.head_init == "label-words":
+        from raptor.training.head_init import REGRESSION_REFUSAL
+
+        raise ConfigError(REGRESSION_REFUSAL)
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
     label_words = _init_head(args, model, tokenizer)
-    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
-                    resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
+    out = fine_tune(model, tokenizer, data.private, data.validation_sets or None, config, public=data.public,
+                    metrics=data.metrics, resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
     trainer, results = out.trainer, out.results
     print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
           f"public / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
@@ -181,15 +199,18 @@ def run(args: argparse.Namespace) -> int:
     results.update({
         "data": {"source": data.source, "private_records": len(data.private), "public_records": len(data.public),
                  "public_rule": data.split.rule,
-                 "dev_records": len(data.validation) if data.validation is not None else 0},
+                 "dev_records": len(data.validation) if data.validation is not None else 0,
+                 "dev_sets": {name: len(d) for name, d in data.validation_sets.items()},
+                 "task_type": data.task_type, "metrics": list(data.metrics)},
         "model": args.model, "head_init": {"rule": args.head_init, "label_words": label_words},
         "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
     })
     write_results(path / "results.json", results)
     eps = results["epsilon"]
-    print(f"dev accuracy {results['final_accuracy']}, epsilon {eps:.4g} at delta {results['delta']}"
-          if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in results["final_metrics"].items()) or "no dev split"
+    print(f"dev {shown}; epsilon {eps:.4g} at delta {results['delta']}"
+          if math.isfinite(eps) else f"dev {shown} (non-private: epsilon = inf)")
     print(f"wrote {path / 'results.json'}")
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:

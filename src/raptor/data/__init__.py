@@ -1,8 +1,9 @@
 """raptor.data: GLUE task specs, three loaders, the public/private split, tokenizers and batching.
 
-- :mod:`raptor.data.tasks`: :class:`TaskSpec` for sst2, mrpc, rte, cola, qnli, mnli, qqp, wnli.
+- :mod:`raptor.data.tasks`: :class:`TaskSpec` for sst2, mrpc, rte, cola, stsb, qnli, mnli, qqp, wnli.
 - loaders returning :class:`DataSplits` of :class:`ClassificationData`:
-  :func:`load_glue_dir` (official TSV layout), :func:`load_glue_hub` (``datasets``, optional),
+  :func:`load_glue_dir` (official TSV layout), :func:`load_glue_cache` (local HF cache, offline) and
+  :func:`load_glue_hub` (``datasets``, optional),
   :func:`load_user_files` (CSV / TSV / JSON Lines, ``run_glue.py`` style),
   :func:`load_bundled_sst2` (the sample shipped with the package).
 - :func:`split_public_private` / :func:`separate_public`: the public corpus and the private records.
@@ -13,7 +14,7 @@
 from raptor.data.collate import EncodedData, collate, encode, encode_batch
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir, read_glue_tsv
-from raptor.data.hub import load_glue_hub
+from raptor.data.hub import load_glue_cache, load_glue_hub
 from raptor.data.public import PublicPrivateSplit, public_indices, separate_public, split_public_private
 from raptor.data.sample import load_bundled_sst2
 from raptor.data.tasks import GLUE_TASKS, TaskSpec, get_task
@@ -41,6 +42,7 @@ __all__ = [
     "get_task",
     "load_bundled_sst2",
     "load_glue_dir",
+    "load_glue_cache",
     "load_glue_hub",
     "load_tokenizer",
     "load_user_files",

@@ -9,7 +9,8 @@ Two paths that give identical batches (a test checks it):
 - reference: :func:`encode_batch` calls the tokenizer on the batch's texts with
   ``padding="longest"``, ``padding_side="right"`` and ``return_tensors="pt"``.
 
-Padding is on the right and the mask is 1 on real tokens, 0 on padding. ``collate(...,
+Padding is on the right and the mask is 1 on real tokens, 0 on padding. ``labels`` are label ids
+(``torch.long``) or, for a regression split, float32 scores. ``collate(...,
 pad_to=max_length)`` pads to a fixed width instead of the longest record. An empty batch gives
 ``input_ids`` and ``attention_mask`` of shape ``[0, 0]`` (``[0, pad_to]`` with ``pad_to``) and
 ``labels`` of shape ``[0]``.
@@ -30,12 +31,17 @@ from raptor.errors import ConfigError
 
 @dataclass(frozen=True)
 class EncodedData:
-    """A tokenized split: each record's token ids (unpadded) and its label id."""
+    """A tokenized split: each record's token ids (unpadded) and its label id (or float score)."""
 
     input_ids: tuple[tuple[int, ...], ...]
-    labels: tuple[int, ...]
+    labels: tuple[int, ...] | tuple[float, ...]
     pad_token_id: int
     max_length: int
+    regression: bool = False
+
+    @property
+    def label_dtype(self) -> torch.dtype:
+        return torch.float32 if self.regression else torch.long
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -57,7 +63,7 @@ def encode(tokenizer, data: ClassificationData, *, max_length: int) -> EncodedDa
     """Tokenize every record of ``data`` once, truncated to ``max_length`` tokens, without padding."""
     pad_id = _check(tokenizer, max_length, data.is_pair)
     if len(data) == 0:
-        return EncodedData((), (), pad_id, max_length)
+        return EncodedData((), (), pad_id, max_length, data.is_regression)
     out = tokenizer(
         list(data.texts),
         list(data.text_pairs) if data.is_pair else None,
@@ -67,7 +73,7 @@ def encode(tokenizer, data: ClassificationData, *, max_length: int) -> EncodedDa
         add_special_tokens=True,
     )
     ids = tuple(tuple(int(t) for t in row) for row in out["input_ids"])
-    return EncodedData(ids, data.labels, pad_id, max_length)
+    return EncodedData(ids, data.labels, pad_id, max_length, data.is_regression)
 
 
 def collate(encoded: EncodedData, indices: Sequence[int], *, pad_to: int | None = None) -> dict[str, torch.Tensor]:
@@ -87,7 +93,7 @@ def collate(encoded: EncodedData, indices: Sequence[int], *, pad_to: int | None 
     for b, row in enumerate(rows):
         input_ids_BT[b, : len(row)] = torch.tensor(row, dtype=torch.long)
         attention_mask_BT[b, : len(row)] = 1
-    labels_B = torch.tensor([encoded.labels[int(i)] for i in indices], dtype=torch.long)
+    labels_B = torch.tensor([encoded.labels[int(i)] for i in indices], dtype=encoded.label_dtype)
     return {"input_ids": input_ids_BT, "attention_mask": attention_mask_BT, "labels": labels_B}
 
 
@@ -95,9 +101,10 @@ def encode_batch(tokenizer, data: ClassificationData, indices: Sequence[int], *,
     """Reference path: tokenize and pad the records ``indices`` in one tokenizer call."""
     _check(tokenizer, max_length, data.is_pair)
     idx = [int(i) for i in indices]
+    label_dtype = torch.float32 if data.is_regression else torch.long
     if not idx:
         empty = torch.zeros((0, 0), dtype=torch.long)
-        return {"input_ids": empty, "attention_mask": empty.clone(), "labels": torch.zeros(0, dtype=torch.long)}
+        return {"input_ids": empty, "attention_mask": empty.clone(), "labels": torch.zeros(0, dtype=label_dtype)}
     out = tokenizer(
         [data.texts[i] for i in idx],
         [data.text_pairs[i] for i in idx] if data.is_pair else None,
@@ -110,5 +117,5 @@ def encode_batch(tokenizer, data: ClassificationData, indices: Sequence[int], *,
     return {
         "input_ids": out["input_ids"].long(),
         "attention_mask": out["attention_mask"].long(),
-        "labels": torch.tensor([data.labels[i] for i in idx], dtype=torch.long),
+        "labels": torch.tensor([data.labels[i] for i in idx], dtype=label_dtype),
     }

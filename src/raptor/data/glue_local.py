@@ -1,8 +1,10 @@
 """Loading a GLUE task from a local directory in the official TSV layout.
 
 Layout: ``<root>/<TASK>/train.tsv`` and ``<root>/<TASK>/<validation>.tsv`` where ``<TASK>`` is the
-spec's ``glue_dir`` (``SST-2``, ``MRPC``, ``RTE`` ...) and ``<validation>`` is ``dev`` (MNLI:
-``dev_matched``). ``root`` may also be the task directory itself. ``.tsv.gz`` files are read too.
+spec's ``glue_dir`` (``SST-2``, ``MRPC``, ``RTE``, ``STS-B`` ...) and ``<validation>`` is ``dev``
+(MNLI: ``dev_matched``, and ``dev_mismatched`` as a second validation split when that file is
+there too). ``root`` may also be the task directory itself. ``.tsv.gz`` files are read too.
+STS-B's ``score`` column is read as a float (a non-number is an error naming file and line).
 
 Files are read with ``csv.QUOTE_NONE`` (see :mod:`raptor.data.textio`), so each line is one
 record and quote characters stay in the text; columns are found by header name, so extra columns
@@ -13,7 +15,7 @@ is the name of the text column, and skipped.
 
 Row counts of the official release (checked by the tests on the real files where present):
 SST-2 67,349 train / 872 dev; MRPC 3,668 train / 408 dev in the GLUE paper and on the hub (the copy
-of ``train.tsv`` checked here has 3,667 rows); RTE 2,490 / 277.
+of ``train.tsv`` checked here has 3,667 rows); RTE 2,490 / 277; STS-B 5,749 / 1,500; WNLI 635 / 71.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def read_glue_tsv(path: str | Path, task: str | TaskSpec) -> ClassificationData:
     table = _parse(path, spec)
     texts: list[str] = []
     pairs: list[str] = []
-    labels: list[int] = []
+    labels: list[int | float] = []
     for record in table.records:
         f = record.fields
         labels.append(spec.label_id(f[spec.label_column], where=f"{path}: line {record.line}"))
@@ -88,11 +90,16 @@ def read_glue_tsv(path: str | Path, task: str | TaskSpec) -> ClassificationData:
         label_names=spec.label_names,
         text_pairs=tuple(pairs) if spec.is_pair else None,
         source=str(path),
+        task_type=spec.task_type,
     )
 
 
 def load_glue_dir(root: str | Path, task: str | TaskSpec) -> DataSplits:
-    """Train and validation splits of ``task`` from a local GLUE directory (official TSV layout)."""
+    """Train and validation split(s) of ``task`` from a local GLUE directory (official TSV layout).
+
+    MNLI: ``dev_matched`` is the validation split (``matched``); ``dev_mismatched``, when present,
+    is a second one (``mismatched``).
+    """
     spec = get_task(task)
     directory = task_dir(root, spec)
     train = read_glue_tsv(_find(directory, "train"), spec)
@@ -102,4 +109,7 @@ def load_glue_dir(root: str | Path, task: str | TaskSpec) -> DataSplits:
             f"{directory}: no {spec.validation_split}.tsv; task {spec.name} takes its validation split "
             f"from {spec.validation_split}.tsv in the official GLUE layout"
         )
-    return DataSplits(train=train, validation=read_glue_tsv(dev_path, spec))
+    extra = tuple((name, read_glue_tsv(path, spec)) for name, stem, _ in spec.extra_validation
+                  if (path := _find(directory, stem)) is not None)
+    return DataSplits(train=train, validation=read_glue_tsv(dev_path, spec), validation_name=spec.validation_name,
+                      extra_validation=extra, metrics=spec.metrics)

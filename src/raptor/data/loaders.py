@@ -1,10 +1,11 @@
 """Data loading as a library: what ``raptor train``, ``raptor inspect``, the experiments and
 :func:`raptor.fine_tune` call.
 
-* :class:`DataSource`: where the splits come from (a GLUE TSV directory, the user's files, or the
-  bundled SST-2 sample) and what is public (``public_file``, or a ``public_size`` slice of the
+* :class:`DataSource`: where the splits come from (a GLUE TSV directory, the local Hugging Face
+  datasets cache for a task named without a directory, the user's files, or the bundled SST-2 sample) and what is public (``public_file``, or a ``public_size`` slice of the
   training split; public data is only what the caller declared public).
-* :func:`load_data` -> :class:`LoadedData`: (description, public/private split, validation).
+* :func:`load_data` -> :class:`LoadedData`: (description, public/private split, validation
+  split(s), task type, the task's metrics).
 * :func:`from_records`: a list of dicts or a ``datasets.Dataset`` -> :class:`ClassificationData`.
 * :func:`to_records`: tokenized tensors padded to a fixed, public length.
 """
@@ -21,7 +22,7 @@ from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir
 from raptor.data.public import PublicPrivateSplit, separate_public, split_public_private
 from raptor.data.sample import load_bundled_sst2
-from raptor.data.user_files import DEFAULT_TEXT_COLUMNS, load_user_files
+from raptor.data.user_files import DEFAULT_TEXT_COLUMNS, TASK_TYPES, infer_task_type, load_user_files
 from raptor.errors import ConfigError, DataError
 
 #: default public slice of the training split (``--public-size``)
@@ -42,12 +43,18 @@ class DataSource:
     public_size: float = DEFAULT_PUBLIC_SIZE
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
+    hf_cache: str | None = None
+    task_type: str = "auto"
 
     def __post_init__(self) -> None:
         if self.train_file and self.task and self.data_dir:
             raise ConfigError("give either --task/--data-dir or --train-file, not both")
-        if not self.train_file and bool(self.task) != bool(self.data_dir):
-            raise ConfigError("--task needs --data-dir (a GLUE directory in the official TSV layout) and vice versa")
+        if not self.train_file and self.data_dir and not self.task:
+            raise ConfigError("--data-dir needs --task (sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli)")
+        if self.task_type not in TASK_TYPES:
+            raise ConfigError(f"--task-type must be one of {', '.join(TASK_TYPES)}, got {self.task_type!r}")
+        if self.task_type != "auto" and not self.train_file:
+            raise ConfigError("--task-type applies to --train-file; a GLUE --task has its own type (stsb: regression)")
         if self.text_columns is not None:
             object.__setattr__(self, "text_columns", tuple(self.text_columns))
 
@@ -55,25 +62,42 @@ class DataSource:
 @dataclass(frozen=True)
 class LoadedData:
     """The loaded splits: a description of the source, the public/private split, the private
-    records used (``split.private`` capped at ``max_train_samples``), the validation split."""
+    records used (``split.private`` capped at ``max_train_samples``), the validation split(s)
+    (``validation_sets``: name -> split, the main one first; MNLI: ``matched``, ``mismatched``),
+    each capped at ``max_eval_samples``, and the task's metric names (main first)."""
 
     source: str
     split: PublicPrivateSplit
     private: ClassificationData
-    validation: ClassificationData | None
+    validation_sets: dict[str, ClassificationData]
+    metrics: tuple[str, ...]
 
     @property
     def public(self) -> ClassificationData:
         return self.split.public
+
+    @property
+    def validation(self) -> ClassificationData | None:
+        """The main validation split (``None`` without one)."""
+        return next(iter(self.validation_sets.values()), None)
+
+    @property
+    def task_type(self) -> str:
+        return self.private.task_type
 
 
 def load_splits(source: DataSource) -> tuple[DataSplits, str]:
     """(train/validation splits, a description) from the user's files, a GLUE directory or the bundled sample."""
     if source.train_file:
         return load_user_files(source.train_file, source.validation_file, text_columns=source.text_columns,
-                               label_column=source.label_column, task=source.task), f"files {source.train_file}"
-    if source.task:
+                               label_column=source.label_column, task=source.task,
+                               task_type=source.task_type), f"files {source.train_file}"
+    if source.task and source.data_dir:
         return load_glue_dir(source.data_dir, source.task), f"{source.task} from {source.data_dir}"
+    if source.task:
+        from raptor.data.hub import load_glue_cache
+
+        return load_glue_cache(source.task, cache_dir=source.hf_cache), f"{source.task} from the Hugging Face cache"
     return load_bundled_sst2(), "sst2 (bundled sample)"
 
 
@@ -101,19 +125,24 @@ def load_data(source: DataSource) -> LoadedData:
     splits, desc = load_splits(source)
     public = None
     if source.public_file:
+        regression = splits.task_type == "regression"
         public = load_user_files(source.public_file, text_columns=source.text_columns,
                                  label_column=source.label_column, task=source.task,
-                                 label_names=splits.train.label_names).train
+                                 label_names=None if regression else splits.train.label_names,
+                                 task_type=splits.task_type).train
     split = public_split(splits.train, public=public, public_size=None if public is not None else source.public_size)
-    validation = subset(splits.validation, source.max_eval_samples) if splits.validation is not None else None
-    return LoadedData(desc, split, subset(split.private, source.max_train_samples), validation)
+    sets = {name: subset(data, source.max_eval_samples) for name, data in splits.validation_sets().items()}
+    return LoadedData(desc, split, subset(split.private, source.max_train_samples), sets, splits.metric_names)
 
 
 def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None = None, label_column: str = "label",
-                 label_names: Sequence[str] | None = None, source: str = "records") -> ClassificationData:
+                 label_names: Sequence[str] | None = None, source: str = "records",
+                 task_type: str = "auto") -> ClassificationData:
     """A list of dicts (or a ``datasets.Dataset``, or a :class:`ClassificationData`, returned as is)
     as :class:`ClassificationData`. Text columns default as for files (``sentence1``/``sentence2``,
-    ``sentence``, ``text``); labels are ids (with ``label_names``, or ``"0".."K-1"``) or strings."""
+    ``sentence``, ``text``); labels are ids (with ``label_names``, or ``"0".."K-1"``) or strings;
+    or float scores for ``task_type="regression"`` (``"auto"``: inferred from numeric labels as for
+    files, :func:`raptor.data.user_files.infer_task_type`; never with ``label_names``)."""
     if isinstance(rows, ClassificationData):
         return rows
     rows = list(rows)
@@ -127,6 +156,18 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
     if missing is not None:
         raise DataError(f"{source}: record {missing} lacks {label_column!r} or one of the text columns {columns}")
     raw = [r[label_column] for r in rows]
+    texts = tuple(str(r[columns[0]]) for r in rows)
+    pairs = tuple(str(r[columns[1]]) for r in rows) if len(columns) == 2 else None
+    numeric = all(isinstance(y, (int, float)) and not isinstance(y, bool) for y in raw)
+    if task_type == "auto":
+        task_type = "regression" if label_names is None and numeric and \
+            infer_task_type([str(y) for y in raw]) == "regression" else "classification"
+    if task_type == "regression":
+        if not numeric:
+            bad = next(i for i, y in enumerate(raw) if isinstance(y, bool) or not isinstance(y, (int, float)))
+            raise DataError(f"{source}: record {bad}: label {raw[bad]!r} is not a number; a regression task needs one")
+        return ClassificationData(texts, tuple(float(y) for y in raw), (), pairs, source=source,
+                                  task_type="regression")
     if label_names is None:
         if all(isinstance(y, int) and not isinstance(y, bool) for y in raw):
             label_names = [str(i) for i in range(max(max(raw) + 1, 2))]
@@ -135,8 +176,7 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
     names = tuple(str(n) for n in label_names)
     index = {n: i for i, n in enumerate(names)}
     labels = tuple(y if isinstance(y, int) and not isinstance(y, bool) else index.get(str(y), -1) for y in raw)
-    return ClassificationData(tuple(str(r[columns[0]]) for r in rows), labels, names,
-                              tuple(str(r[columns[1]]) for r in rows) if len(columns) == 2 else None, source=source)
+    return ClassificationData(texts, labels, names, pairs, source=source)
 
 
 def to_records(tokenizer, data: ClassificationData, max_length: int) -> dict[str, torch.Tensor]:

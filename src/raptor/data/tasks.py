@@ -1,4 +1,4 @@
-"""Specifications of the GLUE classification tasks: files, columns, labels, validation split.
+"""Specifications of the GLUE tasks: files, columns, labels, validation split(s), metrics.
 
 A :class:`TaskSpec` says, for one task, how to read it from the two places it comes from:
 
@@ -9,6 +9,13 @@ A :class:`TaskSpec` says, for one task, how to read it from the two places it co
 
 Label ids follow the hub's ``ClassLabel`` order, so both sources give the same id for the same
 label. ``tsv_labels[i]`` is the raw TSV value of label id ``i`` and ``label_names[i]`` its name.
+STS-B is the one regression task: its label is a float similarity score in [0, 5] (TSV column
+``score``, hub column ``label``), read as a number; it has no label names.
+
+Each spec names the task's GLUE metrics (:mod:`raptor.evaluation.metrics`), main metric first:
+CoLA Matthews correlation; MRPC and QQP F1 and accuracy; STS-B Pearson and Spearman
+correlation; the others accuracy. MNLI is scored on two validation files, ``dev_matched``
+(named ``matched``) and ``dev_mismatched`` (``mismatched``; hub ``validation_mismatched``).
 For example RTE's TSV labels are the strings ``entailment``/``not_entailment`` (ids 0/1), and
 MNLI's are ``entailment``/``neutral``/``contradiction`` (ids 0/1/2), whereas SST-2's TSV has
 ``0``/``1`` for ``negative``/``positive``.
@@ -49,6 +56,11 @@ class TaskSpec:
         hub_validation_split: the hub's validation split name.
         headerless_columns: for TSVs without a header line (CoLA), the names given to the columns
             by position; ``None`` when the files have a header.
+        task_type: ``"classification"`` or ``"regression"`` (STS-B: float labels, no label names).
+        metrics: the task's GLUE metrics, main metric first.
+        validation_name: the name of the validation split in results (``"dev"``; MNLI ``"matched"``).
+        extra_validation: further validation splits as ``(name, TSV stem, hub split)``
+            (MNLI: ``("mismatched", "dev_mismatched", "validation_mismatched")``).
     """
 
     name: str
@@ -61,6 +73,10 @@ class TaskSpec:
     hub_text_columns: tuple[str, ...]
     hub_validation_split: str = "validation"
     headerless_columns: tuple[str, ...] | None = None
+    task_type: str = "classification"
+    metrics: tuple[str, ...] = ("accuracy",)
+    validation_name: str = "dev"
+    extra_validation: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.text_columns) not in (1, 2):
@@ -70,7 +86,13 @@ class TaskSpec:
                 f"TaskSpec.hub_text_columns {self.hub_text_columns!r} must have as many columns as "
                 f"text_columns {self.text_columns!r}"
             )
-        if len(self.tsv_labels) != len(self.label_names) or len(self.label_names) < 2:
+        from raptor.evaluation.metrics import check_metric_names
+
+        check_metric_names(self.metrics, self.task_type)
+        if self.task_type == "regression":
+            if self.tsv_labels or self.label_names:
+                raise ConfigError(f"TaskSpec {self.name}: a regression task has no tsv_labels or label_names")
+        elif len(self.tsv_labels) != len(self.label_names) or len(self.label_names) < 2:
             raise ConfigError(
                 f"TaskSpec {self.name}: tsv_labels {self.tsv_labels!r} and label_names {self.label_names!r} "
                 f"must have the same length, at least 2"
@@ -88,17 +110,29 @@ class TaskSpec:
         return len(self.text_columns) == 2
 
     @property
+    def is_regression(self) -> bool:
+        return self.task_type == "regression"
+
+    @property
     def num_labels(self) -> int:
-        return len(self.label_names)
+        """Outputs of the head: the number of labels, 1 for regression."""
+        return 1 if self.is_regression else len(self.label_names)
+
+    @property
+    def validation_splits(self) -> tuple[tuple[str, str, str], ...]:
+        """Every validation split as ``(name, TSV stem, hub split)``, the main one first."""
+        return ((self.validation_name, self.validation_split, self.hub_validation_split), *self.extra_validation)
 
     @property
     def has_header(self) -> bool:
         return self.headerless_columns is None
 
-    def label_id(self, raw: str, *, where: str) -> int:
-        """The id of a raw TSV label value (surrounding whitespace ignored); ``where`` names the
-        file and line for the error."""
+    def label_id(self, raw: str, *, where: str) -> int | float:
+        """The id of a raw TSV label value (surrounding whitespace ignored), or the float score of a
+        regression task; ``where`` names the file and line for the error."""
         value = raw.strip()
+        if self.is_regression:
+            return parse_score(value, where=where, column=self.label_column)
         try:
             return self.tsv_labels.index(value)
         except ValueError:
@@ -108,28 +142,49 @@ class TaskSpec:
             ) from None
 
 
+def parse_score(raw: str, *, where: str, column: str) -> float:
+    """A regression label: a finite number, else :class:`DataError` naming ``where`` and ``column``."""
+    import math
+
+    try:
+        value = float(raw)
+    except ValueError:
+        raise DataError(
+            f"{where}: label {raw!r} in column {column!r} is not a number; a regression task needs a number "
+            f"in every row"
+        ) from None
+    if not math.isfinite(value):
+        raise DataError(f"{where}: label {raw!r} in column {column!r} is not finite; a regression label must be")
+    return value
+
+
 _BINARY = ("0", "1")
 _ENTAILMENT = ("entailment", "not_entailment")
 
-#: task name -> spec, for the eight GLUE classification tasks (STS-B is regression: not included).
+#: task name -> spec, for the nine GLUE tasks (eight classification tasks and STS-B, regression).
 GLUE_TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec("sst2", "SST-2", ("sentence",), "label", _BINARY, ("negative", "positive"), "dev",
                  ("sentence",)),
         TaskSpec("mrpc", "MRPC", ("#1 String", "#2 String"), "Quality", _BINARY,
-                 ("not_equivalent", "equivalent"), "dev", ("sentence1", "sentence2")),
+                 ("not_equivalent", "equivalent"), "dev", ("sentence1", "sentence2"), metrics=("f1", "accuracy")),
         TaskSpec("rte", "RTE", ("sentence1", "sentence2"), "label", _ENTAILMENT, _ENTAILMENT, "dev",
                  ("sentence1", "sentence2")),
         TaskSpec("cola", "CoLA", ("sentence",), "label", _BINARY, ("unacceptable", "acceptable"), "dev",
-                 ("sentence",), headerless_columns=("source", "label", "original_label", "sentence")),
+                 ("sentence",), headerless_columns=("source", "label", "original_label", "sentence"),
+                 metrics=("matthews_correlation",)),
+        TaskSpec("stsb", "STS-B", ("sentence1", "sentence2"), "score", (), (), "dev", ("sentence1", "sentence2"),
+                 task_type="regression", metrics=("pearson", "spearman")),
         TaskSpec("qnli", "QNLI", ("question", "sentence"), "label", _ENTAILMENT, _ENTAILMENT, "dev",
                  ("question", "sentence")),
         TaskSpec("mnli", "MNLI", ("sentence1", "sentence2"), "gold_label",
                  ("entailment", "neutral", "contradiction"), ("entailment", "neutral", "contradiction"),
-                 "dev_matched", ("premise", "hypothesis"), hub_validation_split="validation_matched"),
+                 "dev_matched", ("premise", "hypothesis"), hub_validation_split="validation_matched",
+                 validation_name="matched",
+                 extra_validation=(("mismatched", "dev_mismatched", "validation_mismatched"),)),
         TaskSpec("qqp", "QQP", ("question1", "question2"), "is_duplicate", _BINARY,
-                 ("not_duplicate", "duplicate"), "dev", ("question1", "question2")),
+                 ("not_duplicate", "duplicate"), "dev", ("question1", "question2"), metrics=("f1", "accuracy")),
         TaskSpec("wnli", "WNLI", ("sentence1", "sentence2"), "label", _BINARY,
                  ("not_entailment", "entailment"), "dev", ("sentence1", "sentence2")),
     )

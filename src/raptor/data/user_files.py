@@ -5,28 +5,44 @@ column, or two for sentence pairs) and ``--label-column`` (default ``label``). T
 header (JSON Lines: the keys of each object). The format comes from the suffix: ``.csv``, ``.tsv``,
 ``.jsonl`` / ``.json`` (one object per line), optionally ``.gz``.
 
-Labels
+Task type (``--task-type``: ``auto``, ``classification`` or ``regression``)
+- ``regression``: every label must be a finite number (a float score, like STS-B's); a row whose
+  label is not a number is an error naming the file and the line. The head has one output.
+- ``auto`` (default): regression when every train label is a number and the column looks like a
+  score rather than a class id: some value is not a whole number (``3.8``), or there are more than
+  :data:`REGRESSION_MIN_DISTINCT` distinct values; classification otherwise (``0``/``1``,
+  ``1.0``/``2.0``, star ratings 1-5, strings). With a ``task``, the task decides (STS-B is
+  regression); with ``label_names``, classification.
+
+Labels (classification)
 - Values may be strings or integers. Surrounding whitespace of a CSV/TSV label cell is ignored.
 - Without a task, the label set is the set of values in the **train** file, sorted (numerically
   when every value is an integer, else as strings), like ``run_glue.py``; label id ``i`` is the
-  ``i``-th value. Every validation label must be in that set.
+  ``i``-th value. Every validation label must be in that set: a class that is in the validation
+  file but not in the train file is an error naming the file, the line and the class.
 - With a ``task`` (a GLUE :class:`TaskSpec`), values must be the task's TSV labels or label names
   and map to the task's ids; a pair task must be given two text columns.
 
-Privacy: the label *set* of the train file is read from the private file. It is the schema the
-user declares by providing the file (as in every DP fine-tuning recipe); pass ``task=`` or
-``label_names=`` to fix it in advance instead.
+Privacy: the label *set* of the train file (and, with ``auto``, whether it is numeric with many
+values) is read from the private file. It is the schema the user declares by providing the file
+(as in every DP fine-tuning recipe); pass ``task=``, ``label_names=`` or ``task_type=`` to fix it
+in advance instead.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from raptor.data.dataset import ClassificationData, DataSplits
-from raptor.data.tasks import TaskSpec, get_task
+from raptor.data.tasks import TaskSpec, get_task, parse_score
 from raptor.data.textio import Record, Table, read_table
 from raptor.errors import DataError
+
+#: ``task_type="auto"``: a numeric label column with more distinct values than this is a regression target
+REGRESSION_MIN_DISTINCT = 20
+TASK_TYPES = ("auto", "classification", "regression")
 
 #: text columns used when none are given, checked in this order (a pair first).
 DEFAULT_TEXT_COLUMNS: tuple[tuple[str, ...], ...] = (("sentence1", "sentence2"), ("sentence",), ("text",))
@@ -36,10 +52,9 @@ def _label_value(record: Record, column: str, where: str):
     if column not in record.fields:
         raise DataError(f"{where}: line {record.line}: missing label column {column!r}")
     value = record.fields[column]
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise DataError(
-            f"{where}: line {record.line}: label {value!r} in column {column!r} must be a string or an "
-            f"integer (regression targets are not supported)"
+            f"{where}: line {record.line}: label {value!r} in column {column!r} must be a string or a number"
         )
     if isinstance(value, str):
         value = value.strip()
@@ -72,6 +87,30 @@ def _sorted_labels(values: list[str]) -> list[str]:
     return sorted(distinct)
 
 
+def _as_number(value: str) -> float | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def infer_task_type(values: Sequence[str]) -> str:
+    """``"regression"`` when every value is a finite number and some value is not whole or there are
+    more than :data:`REGRESSION_MIN_DISTINCT` distinct values; else ``"classification"``."""
+    numbers = [_as_number(v) for v in values]
+    if not numbers or any(x is None for x in numbers):
+        return "classification"
+    if any(not x.is_integer() for x in numbers) or len(set(numbers)) > REGRESSION_MIN_DISTINCT:
+        return "regression"
+    return "classification"
+
+
+def _scores(table: Table, raw: list[str], column: str) -> tuple[float, ...]:
+    return tuple(parse_score(v, where=f"{table.name}: line {r.line}", column=column)
+                 for r, v in zip(table.records, raw))
+
+
 def _resolve_text_columns(table: Table, text_columns: Sequence[str] | None) -> tuple[str, ...]:
     if text_columns is None:
         for candidate in DEFAULT_TEXT_COLUMNS:
@@ -97,9 +136,17 @@ def _extract(table: Table, text_columns, label_column) -> tuple[list[str], list[
     return texts, pairs, raw
 
 
-def _ids(table: Table, raw: list[str], mapping: dict[str, int], column: str, allowed: str) -> tuple[int, ...]:
+def _ids(table: Table, raw: list[str], mapping: dict[str, int], column: str, allowed: str,
+         *, train_file: str | None = None) -> tuple[int, ...]:
     ids = []
     for record, value in zip(table.records, raw):
+        if value not in mapping and train_file is not None:
+            raise DataError(
+                f"{table.name}: line {record.line}: class {value!r} (column {column!r}) is in the validation "
+                f"file but not in the train file {train_file}, whose classes are {list(mapping)}; a classifier "
+                f"cannot predict a class it never saw: fix the label, or pass --task-type regression if the "
+                f"labels are scores"
+            )
         if value not in mapping:
             raise DataError(
                 f"{table.name}: line {record.line}: unknown label {value!r} in column {column!r}; "
@@ -117,6 +164,7 @@ def load_user_files(
     label_column: str = "label",
     task: str | TaskSpec | None = None,
     label_names: Sequence[str] | None = None,
+    task_type: str = "auto",
 ) -> DataSplits:
     """Train (and validation) splits from the user's CSV / TSV / JSON Lines files.
 
@@ -127,8 +175,15 @@ def load_user_files(
         label_column: the column holding labels.
         task: a GLUE task whose label set and pair-ness the files must follow.
         label_names: a fixed label set (strings, in id order) instead of the train file's.
+        task_type: ``"auto"``, ``"classification"`` or ``"regression"`` (see the module docstring).
     """
+    if task_type not in TASK_TYPES:
+        raise DataError(f"--task-type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")
     spec = get_task(task) if task is not None else None
+    if spec is not None and task_type not in ("auto", spec.task_type):
+        raise DataError(f"--task {spec.name} is a {spec.task_type} task; drop --task-type {task_type}")
+    if label_names is not None and task_type == "regression":
+        raise DataError("label names were given for a regression task: regression labels are numbers")
     train_table = read_table(train_file)
     columns = _resolve_text_columns(train_table, text_columns)
     if spec is not None and spec.is_pair and len(columns) == 1:
@@ -140,6 +195,15 @@ def load_user_files(
         raise DataError(f"{train_file}: task {spec.name} takes single sentences but two --text-column were given")
 
     texts, pairs, raw = _extract(train_table, columns, label_column)
+    if spec is not None:
+        task_type = spec.task_type
+    elif label_names is not None:
+        task_type = "classification"
+    elif task_type == "auto":
+        task_type = infer_task_type(raw)
+    metrics = spec.metrics if spec is not None else ()
+    if task_type == "regression":
+        return _regression_splits(train_table, texts, pairs, raw, columns, label_column, validation_file, metrics)
     if spec is not None:
         names = spec.label_names
         mapping = {v: i for i, v in enumerate(spec.tsv_labels)} | {n: i for i, n in enumerate(spec.label_names)}
@@ -166,8 +230,24 @@ def load_user_files(
     if validation_file is not None:
         table = read_table(validation_file)
         vtexts, vpairs, vraw = _extract(table, columns, label_column)
+        from_train = str(train_file) if spec is None and label_names is None else None
         validation = ClassificationData(
-            tuple(vtexts), _ids(table, vraw, mapping, label_column, allowed), names,
+            tuple(vtexts), _ids(table, vraw, mapping, label_column, allowed, train_file=from_train), names,
             tuple(vpairs) if vpairs is not None else None, source=str(validation_file),
         )
-    return DataSplits(train=train, validation=validation)
+    return DataSplits(train=train, validation=validation, metrics=metrics)
+
+
+def _regression_splits(train_table: Table, texts, pairs, raw, columns, label_column, validation_file,
+                       metrics) -> DataSplits:
+    train = ClassificationData(tuple(texts), _scores(train_table, raw, label_column), (),
+                               tuple(pairs) if pairs is not None else None, source=train_table.name,
+                               task_type="regression")
+    validation = None
+    if validation_file is not None:
+        table = read_table(validation_file)
+        vtexts, vpairs, vraw = _extract(table, columns, label_column)
+        validation = ClassificationData(tuple(vtexts), _scores(table, vraw, label_column), (),
+                                        tuple(vpairs) if vpairs is not None else None, source=str(validation_file),
+                                        task_type="regression")
+    return DataSplits(train=train, validation=validation, metrics=metrics)

@@ -25,6 +25,8 @@ from transformers.models.switch_transformers.modeling_switch_transformers import
 def _classification_loss(logits_BK: torch.Tensor, labels_B: torch.Tensor | None, reduction: str):
     if labels_B is None:
         return None
+    if logits_BK.shape[-1] == 1:  # a regression head: squared error against float targets
+        return nn.functional.mse_loss(logits_BK.float()[:, 0], labels_B.float(), reduction=reduction)
     return nn.functional.cross_entropy(logits_BK.float(), labels_B, reduction=reduction)
 
 

@@ -57,12 +57,14 @@ def tiny_config(family: str, *, num_labels: int = 2, size: TinySize | None = Non
     """
     if family not in FAMILIES:
         raise _unknown_family(family)
-    if num_labels < 2:
-        raise ConfigError(f"num_labels must be >= 2, got {num_labels}")
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ConfigError(f"num_labels must be >= 1 (1: a regression head), got {num_labels}")
     kwargs = get_adapter(family).tiny_config_kwargs(size or TinySize())
     kwargs.update(overrides)
     config = CONFIG_MAPPING[family](**kwargs)
     config.num_labels = num_labels
+    if num_labels == 1:
+        config.problem_type = "regression"
     return config
 
 
@@ -132,6 +134,8 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwa
     cls = classification_class(model_type)
     if num_labels is not None:
         kwargs["num_labels"] = num_labels
+        if num_labels == 1:
+            kwargs["problem_type"] = "regression"
     model = cls.from_pretrained(str(name_or_path), **kwargs)
     model.eval()
     return model

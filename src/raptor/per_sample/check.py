@@ -36,6 +36,7 @@ class CheckReport:
     clipped_groups: int
     num_groups: int
     tolerance: float
+    head: str = "classification"
 
     @property
     def passed(self) -> bool:
@@ -57,7 +58,10 @@ def to_float64(model: nn.Module) -> nn.Module:
 
 def synthetic_batch(vocab_size: int, batch_size: int, seq_len: int, generator: torch.Generator,
                     *, pad_id: int = 0, num_labels: int = 2, empty_record: bool = True) -> dict[str, torch.Tensor]:
-    """Random right-padded records of random lengths; record 1 is empty when ``empty_record``."""
+    """Random right-padded records of random lengths; record 1 is empty when ``empty_record``.
+
+    ``num_labels=1`` (a regression head): float labels drawn uniformly from [0, 5) (STS-B's range).
+    """
     ids = torch.randint(3, vocab_size, (batch_size, seq_len), generator=generator)
     lengths = torch.randint(1, seq_len + 1, (batch_size,), generator=generator)
     if batch_size > 0:
@@ -66,7 +70,10 @@ def synthetic_batch(vocab_size: int, batch_size: int, seq_len: int, generator: t
         lengths[1] = 0
     mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
     ids = torch.where(mask.bool(), ids, torch.full_like(ids, pad_id))
-    labels = torch.randint(0, num_labels, (batch_size,), generator=generator)
+    if num_labels == 1:
+        labels = torch.rand(batch_size, generator=generator, dtype=torch.float64) * 5
+    else:
+        labels = torch.randint(0, num_labels, (batch_size,), generator=generator)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
@@ -100,13 +107,21 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
-            tolerance: float = 1e-4, family: str = "", lora: bool = False) -> CheckReport:
-    """Engine vs reference on one batch, with clipping active on some records of each group."""
-    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping)
+            tolerance: float = 1e-4, family: str = "", lora: bool = False, loss_fn=None) -> CheckReport:
+    """Engine vs reference on one batch, with clipping active on some records of each group.
+
+    ``loss_fn``: the per-record loss both sides differentiate (default: the model's task's,
+    cross-entropy, or squared error for a one-output regression head).
+    """
+    from raptor.training.objectives import loss_fn_for, task_type_of
+
+    head = task_type_of(model)
+    loss_fn = loss_fn or loss_fn_for(head)
+    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping, loss_fn=loss_fn)
     probe = engine.compute(batch, {k: float("inf") for k in engine.group_keys})
     clip = clip_norms_between(probe)
     got = engine.compute(batch, clip)
-    ref = reference_compute(model, batch, clip, trained_layers, grouping)
+    ref = reference_compute(model, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
     norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
     sum_err = max((_rel(got.clipped_sums[n], ref.clipped_sums[n]) for n in ref.clipped_sums), default=0.0)
     loss_err = _rel(got.loss_B, ref.loss_B)
@@ -116,7 +131,7 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
         family=family or model.config.model_type, grouping=grouping, lora=lora, max_rel_norm_error=norm_err,
         max_rel_sum_error=sum_err, max_rel_loss_error=loss_err, owners_match=owners,
         nonfinite_match=got.num_nonfinite == ref.num_nonfinite, clipped_groups=clipped,
-        num_groups=len(engine.group_keys), tolerance=tolerance,
+        num_groups=len(engine.group_keys), tolerance=tolerance, head=head,
     )
 
 
@@ -145,15 +160,19 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
 
 
 def check_family(family: str, *, grouping: str = "roles", lora: bool = False, batch_size: int = 5,
-                 seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4, dtype: str = "float64") -> CheckReport:
-    """Build the family's tiny model (``dtype`` float64 or float32) and compare the engine with the reference."""
+                 seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4, dtype: str = "float64",
+                 num_labels: int = 2) -> CheckReport:
+    """Build the family's tiny model (``dtype`` float64 or float32) and compare the engine with the reference.
+
+    ``num_labels=1`` checks a one-output regression head (squared-error loss, float labels).
+    """
     from raptor.errors import ConfigError
     from raptor.moe.models import build_model
 
     if dtype not in ("float64", "float32"):
         raise ConfigError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     generator = torch.Generator().manual_seed(seed)
-    model = build_model(family, generator=generator)
+    model = build_model(family, generator=generator, num_labels=num_labels)
     if dtype == "float64":
         model = to_float64(model)
     layers = [info.index for info in _layers(model)]
@@ -162,7 +181,7 @@ def check_family(family: str, *, grouping: str = "roles", lora: bool = False, ba
         model = add_lora(model, generator)
     freeze_untrained_experts(model, trained)
     vocab = model.config.vocab_size
-    batch = synthetic_batch(vocab, batch_size, seq_len, generator)
+    batch = synthetic_batch(vocab, batch_size, seq_len, generator, num_labels=num_labels)
     return compare(model, batch, trained_layers=trained, grouping=grouping, tolerance=tolerance, family=family,
                    lora=lora)
 

@@ -25,25 +25,34 @@ from raptor.training.trainer import Records, Trainer
 
 
 def make_engine(model: nn.Module, spec: MethodSpec, trained_layers) -> object:
-    """The gradient engine of a method: per-record (roles or dense grouping) or plain autograd."""
+    """The gradient engine of a method: per-record (roles or dense grouping) or plain autograd.
+
+    The per-record loss is the model's objective: cross-entropy, or squared error for a one-output
+    (regression) head (:mod:`raptor.training.objectives`).
+    """
+    from raptor.training.objectives import loss_fn_for, task_type_of
+
+    loss_fn = loss_fn_for(task_type_of(model))
     if spec.grouping is None:
         from raptor.training.plain import PlainEngine
 
-        return PlainEngine(model)
+        return PlainEngine(model, loss_fn)
     from raptor.per_sample.engine import PerRecordEngine
 
     return PerRecordEngine(model, trained_layers=trained_layers if spec.grouping == "roles" else (),
-                           grouping=spec.grouping)
+                           grouping=spec.grouping, loss_fn=loss_fn)
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
-                  public: Records, spec: MethodSpec | None = None) -> Trainer:
+                  public: Records, spec: MethodSpec | None = None, evaluator=None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
     method-table row used instead of ``METHOD_SPECS[config.method]`` (a custom method, e.g. a
     method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
-    noise, nothing recorded).
+    noise, nothing recorded). ``evaluator`` (:class:`raptor.evaluation.Evaluator`) scores the model
+    with the task's metrics on its validation split(s); by default accuracy (Pearson/Spearman for a
+    one-output head) on ``validation``.
     """
     spec = spec or METHOD_SPECS[config.method]
     model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
@@ -68,5 +77,6 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                            grouping=spec.grouping or "plain", epsilon_budget=config.privacy.epsilon,
                            public_report=stage.report)
     return Trainer(model=model, engine=engine, plan=plan, train=train, validation=validation, config=config,
-                   extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()})
+                   extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()},
+                   evaluator=evaluator)
 

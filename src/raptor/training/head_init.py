@@ -6,6 +6,9 @@ for the entailment tasks, ...); the head's bias, if any, becomes 0. With a pretr
 starts the classifier where the model already separates the label words; with a tiny
 random-weight model it is just another random start.
 
+Regression (STS-B, ``--task-type regression``) has no label words: its head has one output, a
+score, not one row per label. Label-word initialisation refuses it (:data:`REGRESSION_REFUSAL`).
+
 Privacy: uses only the model's own (public, pre-trained) embeddings, the tokenizer and fixed
 label words; no record is read, so it costs nothing.
 """
@@ -33,6 +36,9 @@ LABEL_WORDS: dict[str, tuple[str, ...]] = {
 
 HEAD_ATTRS = ("classifier", "score")
 
+REGRESSION_REFUSAL = ("--head-init label-words does not apply to regression (STS-B, --task-type regression): a "
+                      "regression head has one output, a score, not one row per label word; use --head-init random")
+
 
 def classification_head(model: nn.Module) -> nn.Linear:
     """The model's linear classification head (``classifier`` or ``score``, PEFT wrapping looked through)."""
@@ -50,6 +56,9 @@ def init_head_from_label_words(model: nn.Module, tokenizer, label_words: Sequenc
                                scale: float = 0.02) -> None:
     """Set the head's rows to the normalised mean embeddings of ``label_words`` times ``scale``."""
     head = classification_head(model)
+    config = getattr(model, "config", None)
+    if head.weight.shape[0] == 1 or getattr(config, "problem_type", None) == "regression":
+        raise ConfigError(REGRESSION_REFUSAL)
     embedding = model.get_input_embeddings().weight
     if head.weight.shape[0] != len(label_words):
         raise ConfigError(f"{len(label_words)} label words {list(label_words)} for a head with "

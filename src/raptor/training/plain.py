@@ -33,11 +33,15 @@ class PlainResult:
 class PlainEngine:
     """sum_i grad loss_i over a batch by ordinary autograd (no clipping; one ``dense`` group).
 
-    ``compute`` ignores ``clip_norms``: it is the non-private path.
+    ``compute`` ignores ``clip_norms``: it is the non-private path. ``loss_fn`` gives per-record
+    losses (cross-entropy by default; squared error for a regression head).
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, loss_fn=None):
+        from raptor.per_sample.engine import cross_entropy_per_record
+
         self.model = model
+        self.loss_fn = loss_fn or cross_entropy_per_record
         params = {n: p for n, p in model.named_parameters() if p.requires_grad}
         self.group_map = GroupMap(groups={GroupKey.dense(): tuple(ParamSlice(n) for n in params)}, params=params)
 
@@ -46,6 +50,6 @@ class PlainEngine:
         if batch["input_ids"].shape[0] == 0:
             return PlainResult({n: torch.zeros_like(p) for n, p in params.items()})
         logits_BK = classification_logits(self.model, batch)
-        loss = nn.functional.cross_entropy(logits_BK.float(), batch["labels"], reduction="sum")
+        loss = self.loss_fn(logits_BK, batch["labels"]).sum()
         grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
         return PlainResult({n: (torch.zeros_like(p) if g is None else g) for (n, p), g in zip(params.items(), grads)})

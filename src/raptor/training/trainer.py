@@ -16,8 +16,10 @@ Nothing branches on or scales by |S_t| or realized owner counts, and no statisti
 batch is shown, logged or saved. (The number of micro-batches, hence the step's wall time,
 grows with |S_t|, as in every DP-SGD implementation; timing side channels are outside the
 threat model, and seconds/step is reported only as an average over the run.) In particular the TRAINING LOSS is not displayed: the loss on a
-private batch is itself a private statistic. The progress bar shows the dev loss and accuracy
-measured at evaluation points (validation split, natural routing) and the epsilon spent so far.
+private batch is itself a private statistic. The progress bar shows the dev loss and the task's
+main metric (accuracy, F1, Matthews or Pearson correlation: :mod:`raptor.evaluation`) measured at
+evaluation points (validation split(s), natural routing) and the epsilon spent so far; each
+evaluation point stores every metric of the task.
 
 Diagnostic, stated honestly: the number of records whose per-record gradient was non-finite
 (zeroed before aggregation, house rule 4) is counted and reported in results; it is a count over
@@ -46,7 +48,6 @@ from raptor.errors import BudgetExceededError, ConfigError
 from raptor.mechanisms import GeneratorSpec, poisson_sample
 from raptor.training.checkpoint import load_checkpoint, save_checkpoint
 from raptor.training.config import TrainConfig
-from raptor.training.plain import classification_logits
 from raptor.training.protocols import GradientEngine, Ledger
 from raptor.training.release import release_gradients
 from raptor.training.step_plan import StepPlan
@@ -86,6 +87,7 @@ class Trainer:
         config: TrainConfig,
         ledger: Ledger | None = None,
         extra_results: dict | None = None,
+        evaluator=None,
     ):
         """``plan`` is the only source of what is released and recorded; ``ledger`` defaults to
         ``plan.new_ledger()`` (None for a non-private plan)."""
@@ -95,6 +97,7 @@ class Trainer:
         self.extra_results = extra_results or {}
         self.num_records = int(train["labels"].shape[0])
         self.device = torch.device(config.performance.device)
+        self.evaluator = evaluator if evaluator is not None else self._default_evaluator(validation)
         spec = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed)
         self.generators = {"sample": spec.make(0), "noise": spec.make(1, self.device)}
         self.epsilon_budget = plan.epsilon_budget
@@ -163,24 +166,27 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self) -> tuple[float | None, float | None]:
-        """(accuracy, mean cross-entropy) on the validation split with natural routing.
+    def _default_evaluator(self, validation: Records | None):
+        """Accuracy (Pearson/Spearman for a one-output head) on ``validation``; ``None`` without one."""
+        if validation is None:
+            return None
+        from raptor.evaluation import Evaluator
+        from raptor.training.objectives import task_type_of
 
-        ``(None, None)`` without a validation set. The validation split is evaluation data, not
-        the private training set, so its loss may be shown (the training loss may not).
+        return Evaluator({"dev": validation}, task_type=task_type_of(self.model),
+                         batch_size=self.config.performance.eval_batch_size, device=self.device)
+
+    def evaluate(self) -> dict:
+        """The task's metrics on the validation split(s) with natural routing (see
+        :class:`raptor.evaluation.Evaluator`): ``metrics``, ``main_metric``, ``dev_loss``, ``accuracy``.
+
+        Without a validation split every field is ``None`` (``metrics`` empty). The validation split
+        is evaluation data, not the private training set, so its loss may be shown (the training
+        loss may not).
         """
-        if self.validation is None:
-            return None, None
-        n = int(self.validation["labels"].shape[0])
-        correct, loss_sum = 0, 0.0
-        for start in range(0, n, self.config.performance.eval_batch_size):
-            batch = {k: v[start:start + self.config.performance.eval_batch_size].to(self.device)
-                     for k, v in self.validation.items()}
-            logits = classification_logits(self.model, batch).float()
-            correct += int((logits.argmax(-1) == batch["labels"]).sum())
-            loss_sum += float(torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="sum"))
-        return correct / max(n, 1), loss_sum / max(n, 1)
+        if self.evaluator is None:
+            return {"metrics": {}, "main_metric": None, "dev_loss": None, "accuracy": None}
+        return self.evaluator(self.model)
 
     def epsilon_spent(self) -> float:
         """epsilon at delta for the executed steps (inf if any step was not accounted)."""
@@ -202,11 +208,14 @@ class Trainer:
             self.state.step_seconds += time.perf_counter() - start
             t = self.state.step
             if (every and t % every == 0) or t == total:
-                acc, dev_loss = self.evaluate()
+                point = self.evaluate()
                 eps = self.epsilon_spent()
-                self.state.evals.append({"step": t, "accuracy": acc, "dev_loss": dev_loss, "epsilon": eps})
-                bar.set_postfix(dev_loss="-" if dev_loss is None else f"{dev_loss:.3f}",
-                                dev_acc="-" if acc is None else f"{acc:.3f}", eps=f"{eps:.3g}")
+                self.state.evals.append({"step": t, **point, "epsilon": eps})
+                main, dev_loss = point["main_metric"], point["dev_loss"]
+                shown = {"dev_loss": "-" if dev_loss is None else f"{dev_loss:.3f}"}
+                if main is not None:
+                    shown[main] = f"{point['metrics'][main]:.3f}"
+                bar.set_postfix(**shown, eps=f"{eps:.3g}")
             if checkpoint_every and t % checkpoint_every == 0 and t < total:
                 self.save(self.config.output_path / "checkpoint")
             bar.update(1)
@@ -229,6 +238,8 @@ class Trainer:
             "config": self.config.to_dict(),
             "evals": self.state.evals,
             "final_accuracy": self.state.evals[-1]["accuracy"] if self.state.evals else None,
+            "final_metrics": self.state.evals[-1]["metrics"] if self.state.evals else {},
+            "main_metric": self.evaluator.main_metric if self.evaluator is not None else None,
             "epsilon": self.epsilon_spent(),
             "delta": self.delta,
             "sigma": self.plan.sigmas,

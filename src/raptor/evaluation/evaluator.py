@@ -1,0 +1,90 @@
+"""Scoring a model on its validation split(s) with the task's own metrics.
+
+:class:`Evaluator` holds the tokenized validation records of one or more named splits (one,
+``dev``, for most tasks; ``matched`` and ``mismatched`` for MNLI), the task's metric names (see
+:mod:`raptor.evaluation.metrics`) and its type. Calling it on a model runs the model in
+``eval_batch_size`` chunks with natural routing and no gradients and returns
+
+* ``metrics``: ``{name: value}``; with several splits every name is prefixed by the split
+  (``matched_accuracy``, ``mismatched_accuracy``);
+* ``main_metric``: the key of the task's main metric (the first metric of the first split): the
+  one the progress bar shows and experiments compare;
+* ``dev_loss``: the mean per-record loss (cross-entropy, or squared error for regression) on the
+  first split;
+* ``accuracy``: the first split's accuracy for a classification task (``None`` for regression),
+  the field older results carried.
+
+Privacy: the validation splits are evaluation data, not the private training set; their
+metrics and loss may be shown (the training loss may not).
+
+Legend: B records in a chunk, K labels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from raptor.errors import ConfigError
+from raptor.evaluation.metrics import DEFAULT_METRICS, check_metric_names, compute_metrics
+
+Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
+
+
+class Evaluator:
+    """The task's metrics on named validation splits (see the module docstring)."""
+
+    def __init__(self, sets: Mapping[str, Records], *, task_type: str = "classification",
+                 metrics: Sequence[str] | None = None, batch_size: int = 256, device: str | torch.device = "cpu"):
+        if not sets:
+            raise ConfigError("Evaluator needs at least one validation split")
+        self.sets = dict(sets)
+        self.task_type = task_type
+        self.metrics = check_metric_names(metrics or DEFAULT_METRICS.get(task_type, ()), task_type)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"eval batch size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+
+    def key(self, split: str, metric: str) -> str:
+        """The name of ``metric`` on ``split`` in the results."""
+        return metric if len(self.sets) == 1 else f"{split}_{metric}"
+
+    @property
+    def main_metric(self) -> str:
+        return self.key(next(iter(self.sets)), self.metrics[0])
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, records: Records) -> tuple[torch.Tensor, float]:
+        """(predictions ``[N]`` on the CPU, mean per-record loss) of ``model`` on ``records``."""
+        from raptor.training.objectives import loss_fn_for, predictions
+        from raptor.training.plain import classification_logits
+
+        loss_fn = loss_fn_for(self.task_type)
+        n = int(records["labels"].shape[0])
+        preds, loss_sum = [], 0.0
+        for start in range(0, n, self.batch_size):
+            batch = {k: v[start:start + self.batch_size].to(self.device) for k, v in records.items()}
+            logits_BK = classification_logits(model, batch).float()
+            loss_sum += float(loss_fn(logits_BK, batch["labels"]).sum())
+            preds.append(predictions(logits_BK, self.task_type).cpu())
+        if not preds:
+            return torch.zeros(0), math.nan
+        return torch.cat(preds), loss_sum / n
+
+    def __call__(self, model: nn.Module) -> dict:
+        metrics: dict[str, float] = {}
+        dev_loss = accuracy = None
+        for i, (split, records) in enumerate(self.sets.items()):
+            preds, loss = self.predict(model, records)
+            values = compute_metrics(self.metrics, preds.numpy(), records["labels"].cpu().numpy())
+            metrics.update({self.key(split, m): v for m, v in values.items()})
+            if i == 0:
+                dev_loss = loss
+                if self.task_type == "classification":
+                    accuracy = values["accuracy"] if "accuracy" in values else \
+                        compute_metrics(("accuracy",), preds.numpy(), records["labels"].cpu().numpy())["accuracy"]
+        return {"metrics": metrics, "main_metric": self.main_metric, "dev_loss": dev_loss, "accuracy": accuracy}
