@@ -225,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
           f"{len(validation) if validation is not None else 0:,} dev records; {trainer.plan.steps} steps, "
           f"q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigma_shared}, sigma_e={trainer.plan.sigma_expert}, "
           f"trained layers {list(trainer.setup.trained_layers)}"
-          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"))
+          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]")
+          + f"\nrandomness: {trainer.randomness}")
     results = trainer.fit(progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
     out = config.output_path
     out.mkdir(parents=True, exist_ok=True)
