@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from raptor.audit.one_run import OneRunConfig, run_one_run_audit
+from raptor.cli.audit import load_run_inputs
 from raptor.cli.main import main
 from raptor.errors import ConfigError
 
@@ -41,8 +42,8 @@ def test_one_run_cli_on_a_tiny_seeded_run(tmp_path, capsys):
 
 
 def test_one_run_trains_on_the_included_canaries_only(tmp_path):
-    res = run_one_run_audit(OneRunConfig(method="dpsgd", canaries=30, train_args=TINY_RUN,
-                                         output_dir=str(tmp_path / "run")))
+    cfg = OneRunConfig(method="dpsgd", canaries=30, train_args=TINY_RUN, output_dir=str(tmp_path / "run"))
+    res = run_one_run_audit(cfg, load_run_inputs(cfg))
     ins, outs = res.scores["loss"]
     assert ins.size == res.included and ins.size + outs.size == 30
     assert res.train_records == 300 + res.included  # the trainer saw the private records plus the included canaries

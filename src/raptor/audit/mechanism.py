@@ -253,7 +253,7 @@ def _calibrate(q: float, target: float, delta: float) -> float:
     def gap(log_sigma: float) -> float:
         return _step_epsilon(q, math.exp(log_sigma), delta) - target
 
-    return math.exp(scipy.optimize.brentq(gap, math.log(0.05), math.log(50.0), xtol=1e-4))
+    return math.exp(scipy.optimize.brentq(gap, math.log(0.1), math.log(10.0), xtol=1e-3))
 
 
 def sigmas_and_claim(cfg: MechanismAuditConfig) -> tuple[float, float, float]:

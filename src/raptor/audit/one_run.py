@@ -23,7 +23,6 @@ Privacy: canaries are synthetic; the audit reports only canary scores and the ru
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -118,34 +117,35 @@ def _gradients(model, params: dict, records: dict, device) -> list[dict]:
     return out
 
 
-def run_one_run_audit(cfg: OneRunConfig = OneRunConfig(), *, progress: bool = False) -> OneRunResult:
+@dataclass
+class RunInputs:
+    """Everything ``raptor train`` builds before training, for the audit to add canaries to.
+
+    ``raptor.cli.audit.load_run_inputs`` makes it from ``raptor train`` flags (same loaders, model
+    and config as a real run)."""
+
+    config: object            # TrainConfig
+    model: torch.nn.Module
+    vocab_size: int
+    max_length: int
+    num_labels: int
+    train: dict
+    public: dict
+    validation: dict | None
+
+
+def run_one_run_audit(cfg: OneRunConfig, inputs: RunInputs, *, progress: bool = False) -> OneRunResult:
     """Train once with canaries and return the one-run bounds (see the module docstring)."""
     from raptor.baselines.methods import build_trainer
-    from raptor.cli import train as train_cli
-    from raptor.mechanisms import GeneratorSpec
 
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(prog="raptor audit one-run")
-    train_cli.add_arguments(parser)
-    args = parser.parse_args(["--method", cfg.method, "--epsilon", str(cfg.epsilon), "--output-dir", cfg.output_dir,
-                              "--no-progress", *cfg.train_args])
-    if cfg.method == "nonprivate":
-        raise ConfigError("--method nonprivate has no epsilon to audit; pick a private method")
-    config = train_cli.config_from_args(args)
-    _, split, validation = train_cli.load_data(args)
-    private = train_cli._subset(split.private, args.max_train_samples)
-    validation = train_cli._subset(validation, args.max_eval_samples) if validation is not None else None
-    init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
-    model, tokenizer = train_cli.load_model_and_tokenizer(args, split.public, private.num_labels, init)
-    train = train_cli.to_records(tokenizer, private, args.max_length)
-    public = train_cli.to_records(tokenizer, split.public, args.max_length)
-    val = train_cli.to_records(tokenizer, validation, args.max_length) if validation is not None else None
-
+    config, train = inputs.config, inputs.train
     gen = torch.Generator().manual_seed(cfg.audit_seed)
-    canaries = _canaries(cfg.canaries, len(tokenizer), args.max_length, private.num_labels, gen)
+    canaries = _canaries(cfg.canaries, inputs.vocab_size, inputs.max_length, inputs.num_labels, gen)
     included = torch.rand(cfg.canaries, generator=gen) < 0.5
     train_all = _cat(train, {k: v[included] for k, v in canaries.items()})
-    trainer = build_trainer(config, model, train=train_all, validation=val, public=public)
+    trainer = build_trainer(config, inputs.model, train=train_all, validation=inputs.validation,
+                            public=inputs.public)
     device = trainer.device
     theta0 = {n: p.detach().clone() for n, p in trainer.params.items()}
     grads = _gradients(trainer.model, trainer.params, canaries, device)   # at theta_0, before training

@@ -39,6 +39,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="after --: raptor train flags (default: a quick run on the bundled SST-2 sample)")
 
 
+def load_run_inputs(cfg):
+    """What ``raptor train`` builds from its flags (``cfg.train_args``) before training: config, model,
+    tokenized private, public and dev records (:class:`raptor.audit.one_run.RunInputs`)."""
+    from raptor.audit.one_run import RunInputs
+    from raptor.cli import train as train_cli
+    from raptor.errors import ConfigError
+    from raptor.mechanisms import GeneratorSpec
+
+    if cfg.method == "nonprivate":
+        raise ConfigError("--method nonprivate has no epsilon to audit; pick a private method")
+    parser = argparse.ArgumentParser(prog="raptor audit one-run -- (raptor train flags)")
+    train_cli.add_arguments(parser)
+    args = parser.parse_args(["--method", cfg.method, "--epsilon", str(cfg.epsilon), "--output-dir", cfg.output_dir,
+                              "--no-progress", *cfg.train_args])
+    config = train_cli.config_from_args(args)
+    _, split, validation = train_cli.load_data(args)
+    private = train_cli._subset(split.private, args.max_train_samples)
+    validation = train_cli._subset(validation, args.max_eval_samples) if validation is not None else None
+    init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
+    model, tokenizer = train_cli.load_model_and_tokenizer(args, split.public, private.num_labels, init)
+    return RunInputs(config=config, model=model, vocab_size=len(tokenizer), max_length=args.max_length,
+                     num_labels=private.num_labels, train=train_cli.to_records(tokenizer, private, args.max_length),
+                     public=train_cli.to_records(tokenizer, split.public, args.max_length),
+                     validation=train_cli.to_records(tokenizer, validation, args.max_length)
+                     if validation is not None else None)
+
+
 def _line(kind: str, bound: float, claim: float, confidence: float, delta: float) -> str:
     verdict = "ABOVE the claim: the mechanism is not what is accounted" if bound > claim else "below the claim"
     return (f"{kind}: epsilon lower bound {bound:.3f} vs claimed epsilon {claim:.3f} at delta {delta:g} "
@@ -69,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = OneRunConfig(method=args.method, canaries=args.canaries, epsilon=args.epsilon,
                            significance=significance, audit_seed=args.audit_seed,
                            train_args=tuple(extra) if extra else QUICK_TRAIN_ARGS, output_dir=str(out / "run"))
-        res = run_one_run_audit(cfg, progress=not args.no_progress)
+        res = run_one_run_audit(cfg, load_run_inputs(cfg), progress=not args.no_progress)
         payload = res.to_dict()
         print(f"randomness: {res.randomness}")
         for name, b in res.bounds.items():
