@@ -47,12 +47,14 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "secure_rng_cost.json"))
     args = parser.parse_args(argv)
 
-    from raptor.baselines.methods import set_trainable
     from raptor.mechanisms import AesCtrGenerator, poisson_sample, seeded_generator
     from raptor.moe.adapters import get_adapter
     from raptor.moe.models import TinySize, build_model
     from raptor.per_sample.engine import PerRecordEngine
-    from raptor.training.release import build_stream_setup, release_gradients
+    from raptor.training.plan import FixedPlan
+    from raptor.training.release import group_denominators, release_gradients
+    from raptor.training.step_plan import build_step_plan
+    from raptor.training.trainable import set_trainable
 
     torch.set_num_threads(1)
     shape = QUICK if args.quick else MEDIUM
@@ -68,9 +70,13 @@ def main(argv=None) -> int:
     set_trainable(model, layers, policy="roles", trained_layers=trained)
     engine = PerRecordEngine(model, trained_layers=trained, grouping="roles")
     E = shape["num_experts"]
-    setup = build_stream_setup(engine.group_map.groups, grouping="roles", trained_layers=trained,
-                               batch_size=args.batch_size, shares={trained[0]: [1.0 / E] * E},
-                               denominator="public", clip_shared=1.0, clip_experts=1.0)
+    keys = list(engine.group_keys)
+    plan = build_step_plan(FixedPlan(args.batch_size / args.dataset_size, 1, 1.0, 1.0, 1), engine.group_map.groups,
+                           clip_norms={k: 1.0 for k in keys},
+                           denominators=group_denominators(keys, batch_size=args.batch_size,
+                                                           shares={trained[0]: [1.0 / E] * E}, kind="public"),
+                           trained_layers=trained, grouping="roles")
+    releases = plan.step(0).groups
     params = dict(engine.group_map.params)
     slices = dict(engine.group_map.groups)
     noised = sum(p.numel() for p in params.values())
@@ -78,8 +84,7 @@ def main(argv=None) -> int:
     batch = {"input_ids": torch.randint(3, shape["vocab_size"], (micro, seq), generator=gen),
              "attention_mask": torch.ones(micro, seq, dtype=torch.long),
              "labels": torch.randint(0, 2, (micro,), generator=gen)}
-    sums = engine.compute(batch, setup.clip_norms).clipped_sums
-    sigmas = {"shared": 1.0, "expert": 1.0}
+    sums = engine.compute(batch, plan.clip_norms).clipped_sums
     gens = {"torch": (seeded_generator(2), seeded_generator(3)), "aes": (AesCtrGenerator(), AesCtrGenerator())}
 
     def mechanisms(kind: str):
@@ -87,10 +92,10 @@ def main(argv=None) -> int:
 
         def step():
             poisson_sample(args.dataset_size, args.batch_size / args.dataset_size, sample_gen)
-            release_gradients(sums, slices, params, setup.releases, sigmas, noise_gen)
+            release_gradients(sums, slices, params, releases, noise_gen)
         return step
 
-    steps = {"engine": lambda: engine.compute(batch, setup.clip_norms),
+    steps = {"engine": lambda: engine.compute(batch, plan.clip_norms),
              "mechanisms_torch": mechanisms("torch"), "mechanisms_aes": mechanisms("aes")}
     times = run_interleaved(steps, warmup=1, reps=reps, clocks={"wall": time.perf_counter})["wall"]
     med = {k: summary(v)["median"] for k, v in times.items()}

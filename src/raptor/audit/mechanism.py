@@ -6,11 +6,12 @@ the code real runs use:
 
 * per-record clipping and owner assignment by :class:`raptor.per_sample.PerRecordEngine`
   (``grouping="roles"``: a record's gradient reaches only its owner expert);
-* the public denominators of :func:`raptor.training.release.build_stream_setup`;
-* noise and division by :func:`raptor.training.release.release_gradients`, from an explicit
-  generator (seeded here: an audit must be reproducible);
-* the step's accounted epsilon from :class:`raptor.accounting.ledger.PrivacyLedger` with the
-  ledger sigma of :class:`raptor.training.plan.FixedPlan` (sigma_eff of the joint step).
+* one :class:`raptor.training.step_plan.StepPlan` (from ``build_step_plan`` with a
+  :class:`raptor.training.plan.FixedPlan`, the public n_hat of ``group_denominators``), whose
+  update 0 states the released groups (stream, C_g, sigma_g, n_hat_g) and the ledger event;
+* noise and division by :func:`raptor.training.release.release_gradients` for exactly those
+  groups, from an explicit generator (seeded here: an audit must be reproducible);
+* the claim: that step's ledger event in the plan's own ledger (``StepPlan.new_ledger``), PLD.
 
 Neighbouring datasets: a fixed background batch (the rest of the sampled batch, known to the
 white-box auditor) with or without one canary record whose owner is a chosen expert and whose
@@ -50,7 +51,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
@@ -187,7 +188,8 @@ def _take(batch: Mapping[str, torch.Tensor], idx) -> dict[str, torch.Tensor]:
 @dataclass
 class _Setup:
     engine: object
-    setup: object
+    clip_norms: dict
+    denominators: dict
     background_sum: dict
     canary_sum: dict
     owner_counts: dict            # {GroupKey: sampled background owners} (realized-count variant only)
@@ -200,7 +202,7 @@ def _prepare(cfg: MechanismAuditConfig) -> _Setup:
     from raptor.per_sample.engine import PerRecordEngine
     from raptor.roles import public_stats as ps
     from raptor.roles.groups import GroupKey
-    from raptor.training.release import build_stream_setup
+    from raptor.training.release import group_denominators
 
     model = _tiny_model(cfg.seed, cfg.layer)
     real = PerRecordEngine(model, trained_layers=(cfg.layer,), grouping="roles")
@@ -224,25 +226,41 @@ def _prepare(cfg: MechanismAuditConfig) -> _Setup:
     # the canary's owner and its other top-2 expert (reached only without masking) are both clipped
     clip_shared = cfg.clip_fraction * float(norms[shared_key][0])
     clip_expert = cfg.clip_fraction * min(expert_norms)
-    setup = build_stream_setup(real.group_map.groups, grouping="roles", trained_layers=(cfg.layer,),
-                               batch_size=cfg.background + 1, shares={cfg.layer: shares}, denominator="public",
-                               clip_shared=clip_shared, clip_experts=clip_expert)
-    clips = setup.clip_norms
+    clips = {k: (clip_expert if k.is_expert else clip_shared) for k in real.group_keys}
+    dens = group_denominators(list(real.group_keys), batch_size=cfg.background + 1, shares={cfg.layer: shares},
+                              kind="public")
     bg = engine.compute(background, clips)
     cn = engine.compute(canary, clips)
     bg_owners = real.route(background)[cfg.layer]
     counts = {k: int((bg_owners == k.expert_id).sum()) for k in real.group_keys if k.is_expert}
-    return _Setup(engine=engine, setup=setup, background_sum={n: s.detach() for n, s in bg.clipped_sums.items()},
+    return _Setup(engine=engine, clip_norms=clips, denominators=dens, background_sum={n: s.detach() for n, s in bg.clipped_sums.items()},
                   canary_sum={n: s.detach() for n, s in cn.clipped_sums.items()}, owner_counts=counts,
                   canary_owner_key=owner_key, clip_shared=clip_shared, clip_expert=clip_expert)
 
 
 # --------------------------------------------------------------------------- sigmas and the claim
-def _step_epsilon(q: float, sigma_step: float, delta: float) -> float:
+def _step_plan(cfg: MechanismAuditConfig, prep: _Setup, sigma_shared: float, sigma_expert: float):
+    """The one-update step plan of the audited mechanism (the trainer's own object)."""
+    from raptor.training.plan import FixedPlan
+    from raptor.training.step_plan import build_step_plan
+
+    noise = FixedPlan(cfg.sample_rate, 1, sigma_shared, sigma_expert, 1, delta=cfg.delta)
+    return build_step_plan(noise, prep.engine.group_map.groups, clip_norms=prep.clip_norms,
+                           denominators=prep.denominators, trained_layers=(cfg.layer,), grouping="roles")
+
+
+def _ledger_epsilon(plan, sample_rate: float, sigma: float, delta: float) -> float:
+    ledger = plan.new_ledger()
+    ledger.record(sample_rate, sigma)
+    return float(ledger.epsilon(delta))
+
+
+def _step_epsilon(q: float, sigma: float, delta: float) -> float:
+    """epsilon of one Poisson-subsampled Gaussian step (PLD, add/remove)."""
     from raptor.accounting.ledger import PrivacyLedger
 
     ledger = PrivacyLedger(accountant="pld", adjacency="add-remove")
-    ledger.record(q, sigma_step)
+    ledger.record(q, sigma)
     return float(ledger.epsilon(delta))
 
 
@@ -256,23 +274,27 @@ def _calibrate(q: float, target: float, delta: float) -> float:
     return math.exp(scipy.optimize.brentq(gap, math.log(0.1), math.log(10.0), xtol=1e-3))
 
 
-def sigmas_and_claim(cfg: MechanismAuditConfig) -> tuple[float, float, float]:
-    """(sigma_s, sigma_e, claimed epsilon) of the audited step for the configured variant and streams."""
+def planned_sigmas(cfg: MechanismAuditConfig) -> tuple[float, float]:
+    """(sigma_s, sigma_e) the audited mechanism plans: the split of sigma_eff, or for ``per-stream-sum``
+    each stream calibrated alone to half the joint step's epsilon at the same delta."""
     from raptor.accounting.rules import split_noise_multiplier
-    from raptor.training.plan import FixedPlan
 
-    q = cfg.sample_rate
-    s, e = split_noise_multiplier(cfg.sigma_eff, cfg.shared_ratio, 1)
     if cfg.variant == "per-stream-sum":
-        target = _step_epsilon(q, cfg.sigma_eff, cfg.delta)
-        s = e = _calibrate(q, target / 2.0, cfg.delta)  # each stream alone at half the target ...
-        return s, e, target                              # ... and the two epsilons added as the claim
-    if cfg.streams == "shared":
-        return s, e, _step_epsilon(q, s, cfg.delta)      # what the shared stream alone may reveal
-    if cfg.streams == "expert":
-        return s, e, _step_epsilon(q, e, cfg.delta)      # one layer: the expert stream alone
-    ledger_sigma = FixedPlan(q, 1, s, e, 1).noise_multiplier_for_step(0)  # the ledger's joint sigma_eff
-    return s, e, _step_epsilon(q, ledger_sigma, cfg.delta)
+        s = _calibrate(cfg.sample_rate, _step_epsilon(cfg.sample_rate, cfg.sigma_eff, cfg.delta) / 2.0, cfg.delta)
+        return s, s
+    return split_noise_multiplier(cfg.sigma_eff, cfg.shared_ratio, 1)
+
+
+def claimed_epsilon(cfg: MechanismAuditConfig, plan) -> float:
+    """The epsilon claimed for what the attacker sees: the step's ledger event (joint), what one stream
+    alone releases (``--streams shared|expert``), or the per-stream epsilons added (``per-stream-sum``)."""
+    step = plan.step(0)
+    sigma = {"shared": plan.sigmas["shared"], "expert": plan.sigmas["expert"]}
+    if cfg.variant == "per-stream-sum":
+        return sum(_ledger_epsilon(plan, step.sample_rate, sigma[s], cfg.delta) for s in ("shared", "expert"))
+    if cfg.streams in ("shared", "expert"):
+        return _ledger_epsilon(plan, step.sample_rate, sigma[cfg.streams], cfg.delta)  # one layer: sigma_e
+    return _ledger_epsilon(plan, step.sample_rate, step.ledger_sigma, cfg.delta)
 
 
 # --------------------------------------------------------------------------- vectorised releases
@@ -289,19 +311,22 @@ def _lift(slices_of: Mapping) -> dict:
 
 
 class _Releaser:
-    """R releases of the audited update at once, through ``release_gradients``."""
+    """R releases of the audited update at once, through ``release_gradients`` and the step plan's groups."""
 
-    def __init__(self, cfg: MechanismAuditConfig, prep: _Setup, sigma_shared: float, sigma_expert: float):
+    def __init__(self, cfg: MechanismAuditConfig, prep: _Setup, plan):
         self.cfg, self.prep = cfg, prep
-        scale = 0.25 if cfg.variant == "noise-4x-too-small" else 1.0
-        self.sigmas = {"shared": sigma_shared * scale, "expert": sigma_expert * scale}
         self.slices = _lift(prep.engine.group_map.groups)
-        self.releases = prep.setup.active("joint")
+        groups = plan.step(0).groups  # released = accounted: the plan's update 0
+        if cfg.variant == "noise-4x-too-small":
+            groups = tuple(replace(g, sigma=g.sigma / 4.0) for g in groups)
+        self.releases = groups
+        self.silent = tuple(replace(g, sigma=0.0) for g in groups)  # the noiseless release (white-box means)
         keep = {"joint": ("shared", "expert"), "shared": ("shared",), "expert": ("expert",)}[cfg.streams]
         self.scored = [r for r in self.releases if r.stream in keep]
 
     def __call__(self, included: torch.Tensor, generator: torch.Generator | None) -> dict:
-        """{GroupKey: [R, d_g] released values} for canary inclusion indicators ``included`` [R]."""
+        """{GroupKey: [R, d_g] released values} for canary inclusion indicators ``included`` [R]
+        (``generator=None``: without noise)."""
         from raptor.training.release import release_gradients
 
         R = included.shape[0]
@@ -310,8 +335,7 @@ class _Releaser:
         for name, s_bg in self.prep.background_sum.items():
             c = self.prep.canary_sum[name]
             sums[name] = s_bg.unsqueeze(0) + b.view((R,) + (1,) * c.dim()) * c.unsqueeze(0)
-        sigmas = self.sigmas if generator is not None else {"shared": 0.0, "expert": 0.0}
-        out = release_gradients(sums, self.slices, sums, self.releases, sigmas,
+        out = release_gradients(sums, self.slices, sums, self.releases if generator is not None else self.silent,
                                 generator if generator is not None else torch.Generator())
         if self.cfg.variant == "realized-count-denominator":
             self._realized_denominators(out, included)
@@ -394,9 +418,11 @@ def run_mechanism_audit(cfg: MechanismAuditConfig = MechanismAuditConfig()) -> M
     """Audit one update (see the module docstring); deterministic for a given ``cfg.seed``."""
     started = time.perf_counter()
     prep = _prepare(cfg)  # the engine needs autograd: not under no_grad
+    sigma_s, sigma_e = planned_sigmas(cfg)
+    plan = _step_plan(cfg, prep, sigma_s, sigma_e)
+    claim = claimed_epsilon(cfg, plan)
     with torch.no_grad():
-        sigma_s, sigma_e, claim = sigmas_and_claim(cfg)
-        release = _Releaser(cfg, prep, sigma_s, sigma_e)
+        release = _Releaser(cfg, prep, plan)
         gen = torch.Generator().manual_seed(cfg.seed + 3)
         score = _fit_score(release, cfg, gen)
         sel_in, sel_out = _scores(release, score, cfg, gen, True), _scores(release, score, cfg, gen, False)

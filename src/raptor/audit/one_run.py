@@ -136,7 +136,7 @@ class RunInputs:
 
 def run_one_run_audit(cfg: OneRunConfig, inputs: RunInputs, *, progress: bool = False) -> OneRunResult:
     """Train once with canaries and return the one-run bounds (see the module docstring)."""
-    from raptor.baselines.methods import build_trainer
+    from raptor.training.build import build_trainer
 
     started = time.perf_counter()
     config, train = inputs.config, inputs.train

@@ -44,8 +44,10 @@ def load_run_inputs(cfg):
     tokenized private, public and dev records (:class:`raptor.audit.one_run.RunInputs`)."""
     from raptor.audit.one_run import RunInputs
     from raptor.cli import train as train_cli
+    from raptor.data.loaders import load_data, to_records
     from raptor.errors import ConfigError
     from raptor.mechanisms import GeneratorSpec
+    from raptor.training.loaders import load_model_and_tokenizer
 
     if cfg.method == "nonprivate":
         raise ConfigError("--method nonprivate has no epsilon to audit; pick a private method")
@@ -54,16 +56,15 @@ def load_run_inputs(cfg):
     args = parser.parse_args(["--method", cfg.method, "--epsilon", str(cfg.epsilon), "--output-dir", cfg.output_dir,
                               "--no-progress", *cfg.train_args])
     config = train_cli.config_from_args(args)
-    _, split, validation = train_cli.load_data(args)
-    private = train_cli._subset(split.private, args.max_train_samples)
-    validation = train_cli._subset(validation, args.max_eval_samples) if validation is not None else None
+    data = load_data(train_cli.data_source(args))
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
-    model, tokenizer = train_cli.load_model_and_tokenizer(args, split.public, private.num_labels, init)
+    model, tokenizer = load_model_and_tokenizer(train_cli.model_source(args), data.public, data.private.num_labels,
+                                                init)
     return RunInputs(config=config, model=model, vocab_size=len(tokenizer), max_length=args.max_length,
-                     num_labels=private.num_labels, train=train_cli.to_records(tokenizer, private, args.max_length),
-                     public=train_cli.to_records(tokenizer, split.public, args.max_length),
-                     validation=train_cli.to_records(tokenizer, validation, args.max_length)
-                     if validation is not None else None)
+                     num_labels=data.private.num_labels, train=to_records(tokenizer, data.private, args.max_length),
+                     public=to_records(tokenizer, data.public, args.max_length),
+                     validation=to_records(tokenizer, data.validation, args.max_length)
+                     if data.validation is not None else None)
 
 
 def _line(kind: str, bound: float, claim: float, confidence: float, delta: float) -> str:

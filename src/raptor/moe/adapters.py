@@ -34,6 +34,13 @@ from raptor.roles.groups import ExpertParams
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|block|h)\.(\d+)\.")
 
 
+def block_prefix(module_name: str) -> str:
+    """The name of the transformer block that contains ``module_name`` (``...layers.3`` of
+    ``...layers.3.mlp``); ``module_name`` itself when it is in no numbered block."""
+    match = _LAYER_RE.search(module_name + ".")
+    return module_name[:match.end() - 1] if match else module_name
+
+
 @dataclass(frozen=True)
 class MoELayerInfo:
     """One MoE layer of a model (``index`` is its transformer-block index)."""
@@ -73,6 +80,7 @@ class MoEAdapter:
     jitter_attrs: tuple[str, ...] = ()
     frozen_buffers: tuple[str, ...] = ()
     notes: str = ""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     extra: dict = field(default_factory=dict)
 
     # ---------------------------------------------------------------- structure
@@ -208,6 +216,7 @@ _register_all([
     MoEAdapter(
         "switch_transformers", "SwitchTransformersSparseMLP", router_attr="router", experts_attr="experts",
         top1=True, zero_config_fields=("router_aux_loss_coef", "router_z_loss_coef"),
+        lora_targets=("q", "k", "v", "o", "wi", "wo"),
         false_config_fields=("output_router_logits",),
         notes="top-1 router; capacity counted per sequence; aux and z losses off",
     ),
@@ -225,3 +234,12 @@ _register_all([
                shared_attrs=("shared_experts",), frozen_buffers=("e_score_correction_bias",),
                notes="e_score_correction_bias is a frozen buffer (never updated from data)"),
 ])
+
+
+def freeze_untrained_experts(model: nn.Module, trained_layers: Iterable[int]) -> None:
+    """``requires_grad_(False)`` on the expert parameters of MoE layers outside ``trained_layers``
+    (any family: the layers come from the model's adapter)."""
+    trained = set(trained_layers)
+    for info in get_adapter(model).moe_layers(model):
+        if info.index not in trained:
+            info.experts.requires_grad_(False)

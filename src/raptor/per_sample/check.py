@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from raptor.moe.adapters import freeze_untrained_experts
 from raptor.per_sample.engine import EngineResult, PerRecordEngine
 from raptor.per_sample.reference import reference_compute
 
@@ -117,16 +118,6 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
         nonfinite_match=got.num_nonfinite == ref.num_nonfinite, clipped_groups=clipped,
         num_groups=len(engine.group_keys), tolerance=tolerance,
     )
-
-
-def freeze_untrained_experts(model: nn.Module, trained_layers: Sequence[int]) -> None:
-    """``requires_grad_(False)`` on the expert parameters of MoE layers outside ``trained_layers``."""
-    from raptor.moe.adapters import get_adapter
-
-    trained = set(trained_layers)
-    for info in get_adapter(model).moe_layers(model):
-        if info.index not in trained:
-            info.experts.requires_grad_(False)
 
 
 def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> nn.Module:
