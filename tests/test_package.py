@@ -19,7 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "moe": {"roles"},
     "per_sample": {"moe", "roles"},
     "training": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample"},
-    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "audit": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit"},
 }
 
 

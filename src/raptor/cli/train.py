@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
           f"public / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
           f"steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
           f"sigma_e={trainer.plan.sigmas['expert']}, trained layers {list(trainer.plan.trained_layers)}"
-          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"))
+          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]")
+          + f"\nrandomness: {trainer.randomness}")
     path = config.output_path
     path.mkdir(parents=True, exist_ok=True)
     trainer.save(path / "checkpoint")

@@ -10,8 +10,10 @@ from raptor.mechanisms.rng import (
     seeded_generator,
 )
 from raptor.mechanisms.sampling import poisson_sample
+from raptor.mechanisms.secure_rng import AesCtrGenerator
 
 __all__ = [
+    "AesCtrGenerator",
     "GeneratorSpec",
     "add_gaussian_noise_",
     "gaussian_noise",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from raptor.errors import ConfigError
+from raptor.mechanisms.secure_rng import is_crypto_generator
 
 _NOISE_DTYPES = (torch.float32, torch.float64)
 
@@ -25,11 +26,15 @@ def gaussian_noise(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """A tensor of i.i.d. N(0, std^2) draws of ``shape`` on the generator's device, in ``dtype``
-    (float32 or float64 only)."""
+    (float32 or float64 only). With an :class:`~raptor.mechanisms.secure_rng.AesCtrGenerator` the
+    draws are formed in float64 from the AES stream (sum of 4 draws / 2) and cast to ``dtype``."""
     if dtype not in _NOISE_DTYPES:
         raise ConfigError(f"noise dtype must be float32 or float64, got {dtype}; cast only when adding")
     if not (std >= 0.0) or std == float("inf"):
         raise ConfigError(f"noise std must be finite and >= 0, got {std!r}")
+    if is_crypto_generator(generator):  # secure mode: float64, Mironov mitigation, then cast
+        return torch.zeros(tuple(shape), dtype=dtype, device=generator.device) if std == 0.0 \
+            else generator.gaussian(tuple(shape), std, dtype=dtype)
     out = torch.empty(tuple(shape), dtype=dtype, device=generator.device)
     if std == 0.0:
         return out.zero_()

@@ -11,11 +11,15 @@ Every random draw in raptor's mechanisms (Poisson sampling, Gaussian noise) take
   the batches and the noise and subtract it from the released model. Use it for experiments and
   tests only.
 
-Limits of the secure mode, stated plainly: the seed is unpredictable, but the stream itself is
-torch's generator (Mersenne Twister on CPU, Philox on CUDA), which is not a cryptographic stream
-generator, and Gaussian samples in floating point are not an exact Gaussian (Mironov, CCS 2012).
-Both limits are shared with the usual DP-SGD libraries; the first one means a generator's state
-must be kept secret: a checkpoint of a run whose :class:`GeneratorSpec` is secure omits it.
+The mechanisms' draws (Poisson sampling and noise) come from :meth:`GeneratorSpec.mechanism`. In
+secure mode that is, by default (``source="aes-ctr"``), an
+:class:`~raptor.mechanisms.secure_rng.AesCtrGenerator`: a cryptographic AES-256-CTR stream keyed
+from the OS CSPRNG, Gaussians formed in float64 with the sum-of-four-draws mitigation against
+floating-point attacks (Mironov, CCS 2012; Opacus's secure mode). ``source="torch"`` keeps the
+older behaviour: a torch generator (Mersenne Twister on CPU, Philox on CUDA) with an unpredictable
+64-bit seed -- an unpredictable seed, not a cryptographic stream, and plain float Gaussians.
+:meth:`GeneratorSpec.make` always returns a ``torch.Generator``: it is for draws that are not
+privacy mechanisms (model and LoRA initialisation), which ``torch`` functions need.
 
 Privacy: a generator's state determines the Poisson sample and the noise; saving or logging the
 state of a secure generator voids the guarantee, so checkpoints of secure runs omit it.
@@ -29,6 +33,10 @@ from dataclasses import dataclass
 import torch
 
 from raptor.errors import ConfigError
+from raptor.mechanisms.secure_rng import AesCtrGenerator
+
+#: Where secure mode's mechanism draws come from.
+SOURCES = ("aes-ctr", "torch")
 
 
 @dataclass(frozen=True)
@@ -37,8 +45,11 @@ class GeneratorSpec:
 
     secure: bool = True
     seed: int | None = None
+    source: str = "aes-ctr"  # secure mode's mechanism stream: "aes-ctr" (cryptographic) or "torch"
 
     def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ConfigError(f"GeneratorSpec.source must be one of {', '.join(SOURCES)}, got {self.source!r}")
         if self.secure and self.seed is not None:
             raise ConfigError(
                 f"GeneratorSpec: secure=True takes no seed (got seed={self.seed}); "
@@ -52,6 +63,22 @@ class GeneratorSpec:
         if self.secure:
             return secure_generator(device)
         return seeded_generator(self.seed * 1_000_003 + stream, device)
+
+    def mechanism(self, stream: int = 0, device: str | torch.device = "cpu"):
+        """The generator of a privacy mechanism (Poisson sampling, noise) for one stream: an
+        :class:`AesCtrGenerator` in secure mode with ``source="aes-ctr"``, else :meth:`make`'s."""
+        if self.secure and self.source == "aes-ctr":
+            return AesCtrGenerator(device)
+        return self.make(stream, device)
+
+    def describe(self) -> str:
+        """One line for stdout and results.json saying whether the run's randomness is secure."""
+        if not self.secure:
+            return f"seeded torch generator (seed {self.seed}): reproducible, NOT secure"
+        if self.source == "aes-ctr":
+            return ("secure: AES-256-CTR stream keyed from the OS CSPRNG, float64 Gaussians "
+                    "(sum of 4 draws / 2 against floating-point attacks)")
+        return "OS-seeded torch generator: unpredictable seed, not a cryptographic stream"
 
 
 def secure_generator(device: str | torch.device = "cpu") -> torch.Generator:

@@ -14,17 +14,22 @@ from __future__ import annotations
 import torch
 
 from raptor.errors import ConfigError
+from raptor.mechanisms.secure_rng import is_crypto_generator
 
 
-def poisson_sample(num_records: int, sample_rate: float, generator: torch.Generator) -> torch.Tensor:
+def poisson_sample(num_records: int, sample_rate: float, generator) -> torch.Tensor:
     """Indices (int64, increasing, on the CPU) of the records in one Poisson sample.
 
     One uniform draw per record, always ``num_records`` draws whatever the outcome, so the
-    generator advances by the same amount every step.
+    generator advances by the same amount every step. ``generator`` is a ``torch.Generator`` or an
+    :class:`~raptor.mechanisms.secure_rng.AesCtrGenerator` (secure mode).
     """
     if not isinstance(num_records, int) or num_records < 1:
         raise ConfigError(f"num_records must be a positive int, got {num_records!r}")
     if not 0.0 < sample_rate <= 1.0:
         raise ConfigError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
-    u_N = torch.rand(num_records, generator=generator, dtype=torch.float64, device=generator.device)
+    if is_crypto_generator(generator):
+        u_N = generator.uniform(num_records)  # float64, 53 random bits each, CPU
+    else:
+        u_N = torch.rand(num_records, generator=generator, dtype=torch.float64, device=generator.device)
     return torch.nonzero(u_N < sample_rate, as_tuple=False).flatten().cpu()

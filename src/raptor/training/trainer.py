@@ -25,8 +25,10 @@ Diagnostic, stated honestly: the number of records whose per-record gradient was
 (zeroed before aggregation, house rule 4) is counted and reported in results; it is a count over
 private records that is NOT protected by DP, 0 in a healthy run.
 
-Randomness: two generators from the run's :class:`~raptor.mechanisms.GeneratorSpec`: "sample"
-(Poisson sampling, CPU) and "noise" (Gaussian noise, on the training device).
+Randomness: two generators from the run's :class:`~raptor.mechanisms.GeneratorSpec` (``mechanism``):
+"sample" (Poisson sampling, CPU) and "noise" (Gaussian noise, on the training device); AES-256-CTR
+streams in secure mode, seeded torch generators (NOT secure) with a seed. results.json says which
+under "randomness".
 
 Dropout stays off (the model is kept in eval mode): it would draw from torch's global RNG.
 
@@ -99,7 +101,8 @@ class Trainer:
         self.device = torch.device(config.performance.device)
         self.evaluator = evaluator if evaluator is not None else self._default_evaluator(validation)
         spec = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed)
-        self.generators = {"sample": spec.make(0), "noise": spec.make(1, self.device)}
+        self.generators = {"sample": spec.mechanism(0), "noise": spec.mechanism(1, self.device)}
+        self.randomness = spec.describe()
         self.epsilon_budget = plan.epsilon_budget
         self.delta = plan.delta
         self.params = dict(engine.group_map.params)
@@ -250,6 +253,7 @@ class Trainer:
             "peak_rss_mib": peak_kib / 1024.0,
             "streams": self.plan.to_dict(),
             "nonfinite_records_diagnostic_not_dp": self.state.nonfinite_records,
+            "randomness": self.randomness,
         }
         if torch.cuda.is_available() and self.device.type == "cuda":
             out["peak_cuda_mib"] = torch.cuda.max_memory_allocated(self.device) / 2**20
