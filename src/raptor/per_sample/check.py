@@ -10,13 +10,13 @@ Privacy: runs on a synthetic batch; nothing private is read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
 
-from raptor.per_sample.engine import EngineResult, PerRecordEngine
+from raptor.per_sample.engine import EngineResult, PerRecordEngine, cross_entropy_per_record
 from raptor.per_sample.reference import reference_compute
 
 
@@ -99,13 +99,17 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
-            tolerance: float = 1e-4, family: str = "", lora: bool = False) -> CheckReport:
-    """Engine vs reference on one batch, with clipping active on some records of each group."""
-    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping)
+            tolerance: float = 1e-4, family: str = "", lora: bool = False,
+            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy_per_record) -> CheckReport:
+    """Engine vs reference on one batch, with clipping active on some records of each group.
+
+    ``loss_fn``: the per-record loss hook (classification cross-entropy by default; the generative
+    objective passes :func:`raptor.training.generate.answer_loss_per_record`)."""
+    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping, loss_fn=loss_fn)
     probe = engine.compute(batch, {k: float("inf") for k in engine.group_keys})
     clip = clip_norms_between(probe)
     got = engine.compute(batch, clip)
-    ref = reference_compute(model, batch, clip, trained_layers, grouping)
+    ref = reference_compute(model, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
     norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
     sum_err = max((_rel(got.clipped_sums[n], ref.clipped_sums[n]) for n in ref.clipped_sums), default=0.0)
     loss_err = _rel(got.loss_B, ref.loss_B)
