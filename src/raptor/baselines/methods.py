@@ -73,12 +73,23 @@ METHOD_SPECS: dict[str, MethodSpec] = {
 _BLOCK_RE = re.compile(r"^(.*?(?:layers|block|h)\.\d+)\.")
 
 
+#: output heads: classification (``classifier``, ``score``) or language-model heads (``lm_head``,
+#: DeepSeek-VL2's ``language.lm_head``)
+OUTPUT_HEADS = (*HEAD_ATTRS, "lm_head", "language.lm_head")
+
+
 def head_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """Module names of the classification head (``classifier`` or ``score``)."""
-    found = tuple(a for a in HEAD_ATTRS if isinstance(getattr(model, a, None), nn.Module))
+    """Module names of the output head (``classifier``, ``score``, ``lm_head`` or ``language.lm_head``)."""
+    names = dict(model.named_modules())
+    found = tuple(a for a in OUTPUT_HEADS if isinstance(names.get(a), nn.Module))
     if not found:
-        raise ConfigError(f"{type(model).__name__} has no classification head ('classifier' or 'score')")
+        raise ConfigError(f"{type(model).__name__} has no output head ({', '.join(OUTPUT_HEADS)})")
     return found
+
+
+def frozen_prefixes(model: nn.Module) -> tuple[str, ...]:
+    """Parameters the family keeps frozen in every method (DeepSeek-VL2: vision tower, projector)."""
+    return get_adapter(model).frozen_prefixes
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -91,8 +102,11 @@ def _module_param_names(model: nn.Module, module: nn.Module) -> set[str]:
 
 
 def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: str,
-                  trained_layers: Sequence[int]) -> None:
-    """requires_grad per the method's trainable-set policy (routers always frozen)."""
+                  trained_layers: Sequence[int], freeze_shared_experts: bool = False) -> None:
+    """requires_grad per the method's trainable-set policy (routers always frozen; the family's
+    frozen prefixes, e.g. DeepSeek-VL2's vision tower, always frozen; ``freeze_shared_experts``
+    freezes the always-on shared experts, the reference's VL2 setting, instead of training them in
+    the shared group)."""
     expert_names = {info.index: _module_param_names(model, info.experts) for info in layers}
     router_names = set().union(*(_module_param_names(model, info.router) for info in layers))
     all_experts = set().union(*expert_names.values())
@@ -101,8 +115,11 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
     last = layers[-1]
     match = _BLOCK_RE.match(last.name + ".")
     block = match.group(1) if match else last.name
+    frozen = frozen_prefixes(model)
+    shared_expert_names = set().union(*(_module_param_names(model, m) for info in layers
+                                        for m in info.shared_experts)) if freeze_shared_experts else set()
     for name, p in model.named_parameters():
-        if name in router_names:
+        if name in router_names or any(_under(name, f.rstrip(".")) for f in frozen):
             on = False
         elif policy == "roles":
             on = name not in all_experts or name in chosen
@@ -115,10 +132,11 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
             on = on and (name not in all_experts or name in expert_names[last.index])
         else:
             raise ConfigError(f"unknown trainable-set policy {policy!r}")
-        p.requires_grad_(on)
+        p.requires_grad_(on and name not in shared_expert_names)
 
 
-def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator) -> nn.Module:
+def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator, *,
+               train_head: bool = True) -> nn.Module:
     """PEFT LoRA on attention q/k/v/o (+ Switch expert wi/wo), base frozen, head trainable.
 
     PEFT initialises A from torch's global RNG; raptor re-draws every A from ``generator``
@@ -132,8 +150,10 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             f"TrainConfig.lora_dropout must be 0 for dp-lora, got {config.lora_dropout}: dropout draws from torch's "
             "global RNG, which raptor never uses"
         )
-    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    targets = sorted(names & {"q", "k", "v", "o", "q_proj", "k_proj", "v_proj", "o_proj", "wi", "wo"})
+    frozen = frozen_prefixes(model)
+    wanted = {"q", "k", "v", "o", "q_proj", "k_proj", "v_proj", "o_proj", "wi", "wo"}
+    targets = sorted(n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+                     and n.rsplit(".", 1)[-1] in wanted and not any(_under(n, f.rstrip(".")) for f in frozen))
     if not targets:
         raise ConfigError(f"dp-lora: no attention/expert Linear layers found in {type(model).__name__}")
     heads = head_prefixes(model)
@@ -154,7 +174,7 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             elif ".lora_B." in name:
                 p.zero_()
     for name, p in model.named_parameters():
-        if any(_under(name, h) for h in heads) or name in expert_lora:
+        if (train_head and any(_under(name, h) for h in heads)) or name in expert_lora:
             p.requires_grad_(True)
     return wrapped
 
@@ -226,12 +246,14 @@ def make_plan(config: TrainConfig, spec: MethodSpec, *, dataset_size: int, num_l
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
-                  public: Records, plain: bool = False) -> Trainer:
+                  public: Records, plain: bool = False, objective=None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private.
     ``plain=True`` keeps the method's trainable set but uses ordinary autograd gradients (no
     clipping, no noise, nothing recorded): the plain-training reference of the equivalence tests.
+    ``objective``: None (classification) or a :class:`raptor.training.generate.GenerativeObjective`
+    (answer-only loss, greedy-decoding evaluation, LM head frozen under dp-lora).
     """
     spec = METHOD_SPECS[config.method]
     if plain:
@@ -258,16 +280,18 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
         from raptor.mechanisms import GeneratorSpec
 
         init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2)
-        model = apply_lora(model, config, init)
+        model = apply_lora(model, config, init, train_head=objective is None)
     else:
-        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained)
+        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained,
+                      freeze_shared_experts=objective is not None and objective.freeze_shared_experts)
+    loss_kw = {} if objective is None else {"loss_fn": objective.loss_fn}
     if spec.grouping is None:
-        engine = PlainEngine(model)
+        engine = PlainEngine(model, **loss_kw)
     else:
         from raptor.per_sample.engine import PerRecordEngine
 
         engine = PerRecordEngine(model, trained_layers=trained if spec.grouping == "roles" else (),
-                                 grouping=spec.grouping)
+                                 grouping=spec.grouping, **loss_kw)
     shares = {layer: ps.owner_shares(routing[layer], num_experts[layer], config.privacy.pseudo_count).tolist()
               for layer in trained}
     priv = config.privacy
@@ -290,6 +314,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
         from raptor.accounting.ledger import PrivacyLedger
 
         ledger = PrivacyLedger(accountant=priv.accountant, adjacency=priv.adjacency)
-    return Trainer(model=model, engine=engine, train=train, validation=validation, setup=setup, plan=plan,
-                   ledger=ledger, config=config,
-                   extra_results={"trained_layers": list(trained), "method_spec": spec.__dict__})
+    cls = Trainer if objective is None else objective.trainer_class()
+    extra = {} if objective is None else {"objective": objective}
+    return cls(model=model, engine=engine, train=train, validation=validation, setup=setup, plan=plan,
+               ledger=ledger, config=config,
+               extra_results={"trained_layers": list(trained), "method_spec": spec.__dict__}, **extra)

@@ -72,6 +72,7 @@ class MoEAdapter:
     false_config_fields: tuple[str, ...] = ("output_router_logits",)
     jitter_attrs: tuple[str, ...] = ()
     frozen_buffers: tuple[str, ...] = ()
+    frozen_prefixes: tuple[str, ...] = ()  # parameters frozen in every method, in no clipping group
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -139,6 +140,11 @@ class MoEAdapter:
                     changed[f"{mod_name}.{attr}"] = value
                     setattr(module, attr, 0.0)
         for name, param in model.named_parameters():
+            if self.frozen_prefixes and _under_any(name, self.frozen_prefixes) and param.requires_grad:
+                raise UnsupportedModelError(
+                    f"{name} must stay frozen in {self.model_type} (it belongs to no clipping group); "
+                    "call requires_grad_(False) on it"
+                )
             if name.rsplit(".", 1)[-1] in self.frozen_buffers and param.requires_grad:
                 raise UnsupportedModelError(
                     f"{name} is updated from data in {self.model_type} and must stay a frozen buffer; "
@@ -154,6 +160,11 @@ class MoEAdapter:
                 if hasattr(cfg, f):
                     out[f] = getattr(cfg, f)
         return out
+
+
+def _under_any(name: str, prefixes: tuple[str, ...]) -> bool:
+    """``name`` is one of ``prefixes`` or lies under one (``prefix.`` or a prefix ending in ``.``)."""
+    return any(name == p or name.startswith(p if p.endswith(".") else p + ".") for p in prefixes)
 
 
 def _configs(model: nn.Module) -> list:
@@ -224,4 +235,9 @@ _register_all([
     MoEAdapter("deepseek_v3", "DeepseekV3MoE", router_attr="gate", experts_attr="experts",
                shared_attrs=("shared_experts",), frozen_buffers=("e_score_correction_bias",),
                notes="e_score_correction_bias is a frozen buffer (never updated from data)"),
+    MoEAdapter("deepseek_vl_v2", "DeepseekV2Moe", router_attr="gate", experts_attr="experts",
+               shared_attrs=("shared_experts",), frozen_prefixes=("vision.", "projector.", "image_newline",
+                                                                  "view_seperator"),
+               notes="DeepSeek-VL2 (raptor.moe.vl2): vision tower, projector and tile tags frozen (neither "
+                     "role); shared experts in the shared group; each record's image is encoded alone"),
 ])

@@ -36,6 +36,7 @@ from torch import nn
 
 from raptor.data.qa import IGNORE_INDEX, GenerationEval
 from raptor.errors import ConfigError
+from raptor.training.trainer import Trainer
 
 
 def answer_loss_per_record(logits_BTV: torch.Tensor, labels_BT: torch.Tensor) -> torch.Tensor:
@@ -139,3 +140,74 @@ def mean_answer_loss(model: nn.Module, records: Mapping[str, torch.Tensor], *, b
         logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
         total += float(answer_loss_per_record(logits, batch["labels"]).sum())
     return total / max(n, 1)
+
+
+# ------------------------------------------------------------------------------------- training
+class GenerativeObjective:
+    """What the method table needs for generative fine-tuning.
+
+    ``evaluation``: validation prompts and gold answers (greedy decoding, exact match, token F1);
+    ``tokenizer``: decodes generated ids; ``freeze_shared_experts``: keep the MoE blocks' always-on
+    shared experts frozen (the reference's DeepSeek-VL2 setting) instead of training them in the
+    shared group (raptor's default). Under ``dp-lora`` the LM head stays frozen (a pretrained
+    vocabulary projection; only the LoRA factors train).
+    """
+
+    loss_fn = staticmethod(answer_loss_per_record)
+
+    def __init__(self, *, evaluation: GenerationEval | None, tokenizer, freeze_shared_experts: bool = False):
+        self.evaluation = evaluation
+        self.tokenizer = tokenizer
+        self.freeze_shared_experts = bool(freeze_shared_experts)
+
+    @staticmethod
+    def trainer_class():
+        return GenerativeTrainer
+
+
+class GenerativeTrainer(Trainer):
+    """:class:`~raptor.training.trainer.Trainer` with generative evaluation.
+
+    ``evaluate`` returns (exact match, mean dev answer loss); the token F1 and a few decoded
+    examples of each evaluation are kept too, and ``results()`` names the fields for what they are
+    (``exact_match``, ``token_f1``) instead of ``accuracy``.
+    """
+
+    def __init__(self, *, objective: GenerativeObjective, **kwargs):
+        super().__init__(**kwargs)
+        self.objective = objective
+        self.generation_log: list[dict] = []
+
+    def evaluate_generation(self) -> dict | None:
+        ev = self.objective.evaluation
+        if ev is None:
+            return None
+        return evaluate_generation(self.model, ev, self.objective.tokenizer, device=self.device)
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float | None, float | None]:
+        gen = self.evaluate_generation()
+        if gen is None:
+            return None, None
+        loss = None
+        if self.validation is not None:
+            loss = mean_answer_loss(self.model, self.validation, batch_size=self.config.performance.eval_batch_size,
+                                    device=self.device)
+        self.generation_log.append(gen)
+        return gen["exact_match"], loss
+
+    def results(self) -> dict:
+        out = super().results()
+        evals = []
+        for e, gen in zip(out["evals"], self.generation_log, strict=False):
+            e = {k: v for k, v in e.items() if k != "accuracy"}
+            e.update(exact_match=gen["exact_match"], token_f1=gen["token_f1"])
+            evals.append(e)
+        out["evals"] = evals
+        out.pop("final_accuracy", None)
+        last = self.generation_log[-1] if self.generation_log else None
+        out["final_exact_match"] = last["exact_match"] if last else None
+        out["final_token_f1"] = last["token_f1"] if last else None
+        out["examples"] = last["examples"] if last else []
+        out["objective"] = "generate"
+        return out

@@ -36,8 +36,9 @@ class PlainEngine:
     ``compute`` ignores ``clip_norms``: it is the non-private path.
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, loss_fn=None):
         self.model = model
+        self.loss_fn = loss_fn  # per-record loss hook (logits, labels) -> [B]; None: classification
         params = {n: p for n, p in model.named_parameters() if p.requires_grad}
         self.group_map = GroupMap(groups={GroupKey.dense(): tuple(ParamSlice(n) for n in params)}, params=params)
 
@@ -45,7 +46,11 @@ class PlainEngine:
         params = self.group_map.params
         if batch["input_ids"].shape[0] == 0:
             return PlainResult({n: torch.zeros_like(p) for n, p in params.items()})
-        logits_BK = classification_logits(self.model, batch)
-        loss = nn.functional.cross_entropy(logits_BK.float(), batch["labels"], reduction="sum")
+        if self.loss_fn is None:
+            logits_BK = classification_logits(self.model, batch)
+            loss = nn.functional.cross_entropy(logits_BK.float(), batch["labels"], reduction="sum")
+        else:
+            logits = self.model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+            loss = self.loss_fn(logits, batch["labels"]).sum()
         grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
         return PlainResult({n: (torch.zeros_like(p) if g is None else g) for (n, p), g in zip(params.items(), grads)})
