@@ -103,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-words", nargs="+", default=None,
                         help="one word per label id, for --head-init label-words (default: the task's)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--objective", choices=("classify", "generate"), default="classify",
+                        help="classify (default) or generate: answer-only fine-tuning of a decoder on JSONL "
+                             "prompt/answer (or image/question/answer for DeepSeek-VL2), scored by exact match")
+    from raptor.cli.train_generate import add_generate_arguments
+
+    add_generate_arguments(parser)
 
 
 def parse_layers(text: str):
@@ -201,6 +207,10 @@ def _subset(data, n):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.objective == "generate":
+        from raptor.cli.train_generate import run_generate
+
+        return run_generate(args)
     from raptor.accounting.ledger import PrivacyLedger
     from raptor.baselines.methods import build_trainer
     from raptor.mechanisms import GeneratorSpec

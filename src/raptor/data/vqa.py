@@ -111,18 +111,20 @@ def _draw(shape: str, colour: str, size: int, generator: torch.Generator) -> Ima
 
 def make_synthetic_vqa(directory: str | Path, *, num_images: int, seed: int = 0, image_size: int = 32,
                        name: str = "vqa.jsonl") -> Path:
-    """Write ``num_images`` PNGs and a JSONL (two questions per image) under ``directory``."""
+    """Write ``num_images`` PNGs (in ``<name stem>_images/``) and a JSONL ``name`` (two questions per
+    image) under ``directory``; returns the JSONL path."""
     if num_images < 1 or image_size < 8:
         raise ConfigError(f"num_images must be >= 1 and image_size >= 8, got {num_images} and {image_size}")
     directory = Path(directory)
-    (directory / "images").mkdir(parents=True, exist_ok=True)
+    stem = Path(name).stem
+    (directory / f"{stem}_images").mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
     colours = list(COLOURS)
     lines = []
     for i in range(num_images):
         shape = SHAPES[int(torch.randint(len(SHAPES), (1,), generator=g))]
         colour = colours[int(torch.randint(len(colours), (1,), generator=g))]
-        rel = f"images/{i:05d}.png"
+        rel = f"{stem}_images/{i:05d}.png"
         _draw(shape, colour, image_size, g).save(directory / rel)
         lines.append({"image": rel, "question": f"what colour is the {shape}?", "answer": colour})
         lines.append({"image": rel, "question": "what shape is in the picture?", "answer": shape})

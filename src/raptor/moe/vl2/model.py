@@ -84,6 +84,7 @@ def moe_config(lang: LanguageSpec) -> DeepseekV2Config:
         first_k_dense_replace=lang.first_k_dense_replace, hidden_act=lang.hidden_act, rms_norm_eps=lang.rms_norm_eps,
         mlp_bias=False, pad_token_id=lang.pad_token_id, tie_word_embeddings=False,
     )
+    cfg._experts_implementation = "eager"  # the library's per-expert loop; the engine selects its own per call
     cfg.router_aux_loss_coef = 0.0  # the release's aux_loss_alpha applies in training mode only; never used here
     return cfg
 
