@@ -194,6 +194,8 @@ class Language(nn.Module):
 class DeepseekVL2ForCausalLM(nn.Module):
     """DeepSeek-VL2 (see the module docstring); ``forward`` returns next-token logits [B, T, V]."""
 
+    base_model_prefix = "language"  # read by PEFT when it wraps the model (dp-lora)
+
     def __init__(self, config: Vl2Config):
         super().__init__()
         self.config = config
