@@ -51,10 +51,10 @@ def test_vl2_trains_under_dp_and_generates(vl2_files, tmp_path, method, extra, c
 
 
 def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_path):
-    from raptor.baselines.methods import build_trainer
     from raptor.cli.main import build_parser
     from raptor.cli.train import config_from_args
     from raptor.cli.train_generate import load_vqa_run
+    from raptor.training.build import build_trainer
     from raptor.training.generate import GenerativeObjective
 
     args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts"])

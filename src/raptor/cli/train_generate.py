@@ -151,10 +151,10 @@ def _load_tokenizer(path):
 
 def run_generate(args: argparse.Namespace) -> int:
     from raptor.accounting.ledger import PrivacyLedger
-    from raptor.baselines.methods import build_trainer
     from raptor.cli.train import _finite, _json_default, config_from_args, nonfinite_warning
     from raptor.mechanisms import GeneratorSpec
     from raptor.moe.vl2.config import MODEL_TYPE
+    from raptor.training.build import build_trainer
     from raptor.training.generate import GenerativeObjective, evaluate_generation
 
     if not args.train_file:
@@ -181,8 +181,8 @@ def run_generate(args: argparse.Namespace) -> int:
         trainer.resume(args.resume, PrivacyLedger.from_dict)
     print(f"raptor train (generate): {config.method} on {data_info['source']}: {data_info['private_records']:,} "
           f"private / {data_info['public_records']:,} public / {data_info['dev_records']:,} dev records; "
-          f"{trainer.plan.steps} steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigma_shared}, "
-          f"sigma_e={trainer.plan.sigma_expert}, trained layers {list(trainer.setup.trained_layers)}"
+          f"{trainer.plan.steps} steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
+          f"sigma_e={trainer.plan.sigmas['expert']}, trained layers {list(trainer.plan.trained_layers)}"
           + (f"; zero-shot exact match {zero_shot['exact_match']:.3f}" if zero_shot else "")
           + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"))
     results = trainer.fit(progress=not args.no_progress, checkpoint_every=args.checkpoint_every)

@@ -17,33 +17,26 @@ import json
 from pathlib import Path
 
 import torch
-import transformers
 from torch import nn
 
 from raptor.errors import ConfigError, UnsupportedModelError
+from raptor.moe.adapters import get_adapter, supported_model_types
 from raptor.moe.models import TinySize, init_weights_, tiny_config
 
-#: model_type -> the transformers causal-LM class name
-CAUSAL_CLASSES: dict[str, str] = {
-    "olmoe": "OlmoeForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen2_moe": "Qwen2MoeForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-    "deepseek_v2": "DeepseekV2ForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-}
-
 VL2_MODEL_TYPE = "deepseek_vl_v2"
+#: text decoder families with a causal LM (the adapter records' ``causal_class``)
+CAUSAL_CLASSES: tuple[str, ...] = tuple(t for t in supported_model_types()
+                                        if get_adapter(t).causal_class is not None and t != VL2_MODEL_TYPE)
 GENERATIVE_FAMILIES: tuple[str, ...] = (*CAUSAL_CLASSES, VL2_MODEL_TYPE)
 
 
 def causal_lm_class(model_type: str):
-    if model_type not in CAUSAL_CLASSES:
+    if model_type not in GENERATIVE_FAMILIES:
         raise UnsupportedModelError(
             f"no causal LM for model_type {model_type!r} (--objective generate); supported: "
             f"{', '.join(GENERATIVE_FAMILIES)}"
         )
-    return getattr(transformers, CAUSAL_CLASSES[model_type])
+    return get_adapter(model_type).causal_lm_class()
 
 
 def build_causal_lm(family: str, *, size: TinySize | None = None, generator: torch.Generator | None = None,
@@ -69,6 +62,8 @@ def load_causal_lm(path: str | Path, *, dtype: torch.dtype = torch.float32) -> n
         from raptor.moe.vl2 import load_vl2
 
         return load_vl2(path, dtype=dtype)
+    if model_type not in CAUSAL_CLASSES:
+        causal_lm_class(model_type)  # raises, naming the supported families
     model = causal_lm_class(model_type).from_pretrained(str(path), dtype=dtype)
     model.eval()
     return model
