@@ -12,7 +12,7 @@ from raptor.cli.main import main
 from raptor.data.vqa import make_synthetic_vqa, read_vqa_jsonl
 from raptor.errors import DataError
 from raptor.moe.vl2 import load_vl2
-from raptor.moe.vl2.tiny import write_tiny_vl2
+from raptor.training.vl2_tiny import write_tiny_vl2
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from raptor.errors import UnsupportedModelError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.vl2 import load_vl2
 from raptor.moe.vl2.checkpoint import raptor_to_release, release_to_raptor
-from raptor.moe.vl2.processor import Vl2Processor
-from raptor.moe.vl2.tiny import write_tiny_vl2
 from raptor.per_sample.check import compare, to_float64
 from raptor.training.generate import answer_loss_per_record, greedy_generate
+from raptor.training.vl2_processor import Vl2Processor
+from raptor.training.vl2_tiny import write_tiny_vl2
 
 
 @pytest.fixture(scope="module")

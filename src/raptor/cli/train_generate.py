@@ -79,7 +79,7 @@ def load_vqa_run(args, generator: torch.Generator):
     """(model, tokenizer, train, public, validation records, GenerationEval, description)."""
     from raptor.data.vqa import read_vqa_jsonl
     from raptor.moe.vl2 import load_vl2
-    from raptor.moe.vl2.processor import Vl2Processor
+    from raptor.training.vl2_processor import Vl2Processor
 
     fields = dict(image_field=args.image_field, question_field=args.question_field, answer_field=args.answer_field)
     train = read_vqa_jsonl(args.train_file, **fields)  # every image checked here, before anything else

@@ -3,8 +3,8 @@
 - :mod:`raptor.moe.vl2.config`: the release's ``config.json`` schema;
 - :mod:`raptor.moe.vl2.model`: SigLIP tower + projector + 2-D tile tags + DeepSeekMoE decoder;
 - :mod:`raptor.moe.vl2.checkpoint`: release safetensors keys <-> raptor names, :func:`load_vl2`;
-- :mod:`raptor.moe.vl2.processor`: prompt format, image tokens, records for training/generation;
-- :mod:`raptor.moe.vl2.tiny`: a tiny random checkpoint in the release layout (tests, demo).
+- prompts and records: :mod:`raptor.training.vl2_processor`; a tiny release-layout checkpoint:
+  :mod:`raptor.training.vl2_tiny` (they use raptor.data, so they live in training).
 """
 
 from raptor.moe.vl2.checkpoint import load_vl2, read_config, save_release_checkpoint
