@@ -139,6 +139,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-words", nargs="+", default=None,
                         help="one word per label id, for --head-init label-words (default: the task's)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--objective", choices=("classify", "generate"), default="classify",
+                        help="classify (default) or generate: answer-only fine-tuning of a decoder on JSONL "
+                             "prompt/answer (or image/question/answer for DeepSeek-VL2), scored by exact match")
+    from raptor.cli.train_generate import add_generate_arguments
+
+    add_generate_arguments(parser)
 
 
 def parse_layers(text: str):
@@ -170,6 +176,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     """parse -> recipe -> build -> fit -> write."""
+    if args.objective == "generate":
+        from raptor.cli.train_generate import run_generate
+
+        return run_generate(args)
     from raptor.data.loaders import load_data
     from raptor.mechanisms import GeneratorSpec
     from raptor.training.fine_tune import fine_tune

@@ -112,8 +112,9 @@ class MoEAdapter:
     block_class: str  # class name of the sparse MoE block
     router_attr: str
     experts_attr: str
-    head_class: str   # "module:Class" of the sequence-classification class raptor trains
-    tiny_kwargs: Callable[[TinySize], dict]  # config fields of a tiny random model (coupling off)
+    head_class: str | None = None  # "module:Class" of the sequence-classification class (None: no classifier)
+    tiny_kwargs: Callable[[TinySize], dict] | None = None  # config fields of a tiny random model (coupling off)
+    causal_class: str | None = None  # "module:Class" of the causal LM for --objective generate
     shared_attrs: tuple[str, ...] = ()
     top1: bool = False
     top_k_attr: str = "num_experts_per_tok"  # config field holding k (unused when top1)
@@ -124,6 +125,7 @@ class MoEAdapter:
     false_config_fields: tuple[str, ...] = ("output_router_logits",)
     jitter_attrs: tuple[str, ...] = ()
     frozen_buffers: tuple[str, ...] = ()
+    frozen_prefixes: tuple[str, ...] = ()  # parameters frozen in every method, in no clipping group
     notes: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -137,7 +139,17 @@ class MoEAdapter:
     # ---------------------------------------------------------------- the family's classes and configs
     def classification_class(self):
         """The sequence-classification class raptor uses for this family (imported on demand)."""
+        if self.head_class is None:
+            raise UnsupportedModelError(f"{self.model_type} has no classification head in raptor; use "
+                                        "--objective generate")
         module, _, name = self.head_class.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def causal_lm_class(self):
+        """The causal LM class of this family (``--objective generate``), imported on demand."""
+        if self.causal_class is None:
+            raise UnsupportedModelError(f"{self.model_type} has no causal LM for --objective generate")
+        module, _, name = self.causal_class.partition(":")
         return getattr(importlib.import_module(module), name)
 
     def tiny_config_kwargs(self, size: TinySize) -> dict:
@@ -215,6 +227,11 @@ class MoEAdapter:
                     changed[f"{mod_name}.{attr}"] = value
                     setattr(module, attr, 0.0)
         for name, param in model.named_parameters():
+            if self.frozen_prefixes and _under_any(name, self.frozen_prefixes) and param.requires_grad:
+                raise UnsupportedModelError(
+                    f"{name} must stay frozen in {self.model_type} (it belongs to no clipping group); "
+                    "call requires_grad_(False) on it"
+                )
             if name.rsplit(".", 1)[-1] in self.frozen_buffers and param.requires_grad:
                 raise UnsupportedModelError(
                     f"{name} is updated from data in {self.model_type} and must stay a frozen buffer; "
@@ -230,6 +247,11 @@ class MoEAdapter:
                 if hasattr(cfg, f):
                     out[f] = getattr(cfg, f)
         return out
+
+
+def _under_any(name: str, prefixes: tuple[str, ...]) -> bool:
+    """``name`` is one of ``prefixes`` or lies under one (``prefix.`` or a prefix ending in ``.``)."""
+    return any(name == p or name.startswith(p if p.endswith(".") else p + ".") for p in prefixes)
 
 
 def _configs(model: nn.Module) -> list:
@@ -313,17 +335,17 @@ _register_all([
         notes="top-1 router; capacity counted per sequence; aux and z losses off",
     ),
     MoEAdapter("olmoe", "OlmoeSparseMoeBlock", router_attr="gate", experts_attr="experts",
-               head_class="raptor.moe.heads:OlmoeForSequenceClassification",
+               causal_class=_HF + "OlmoeForCausalLM", head_class="raptor.moe.heads:OlmoeForSequenceClassification",
                tiny_kwargs=lambda s: dict(_decoder(s), num_experts=s.num_experts,
                                           intermediate_size=s.expert_intermediate, norm_topk_prob=False),
                notes="batch-wide load-balancing loss off"),
     MoEAdapter("mixtral", "MixtralSparseMoeBlock", router_attr="gate", experts_attr="experts",
-               head_class=_HF + "MixtralForSequenceClassification",
+               causal_class=_HF + "MixtralForCausalLM", head_class=_HF + "MixtralForSequenceClassification",
                tiny_kwargs=lambda s: dict(_decoder(s), num_local_experts=s.num_experts, head_dim=_head_dim(s),
                                           intermediate_size=s.expert_intermediate, router_jitter_noise=0.0),
                notes="batch-wide load-balancing loss off; jitter off"),
     MoEAdapter("qwen2_moe", "Qwen2MoeSparseMoeBlock", router_attr="gate", experts_attr="experts",
-               head_class=_HF + "Qwen2MoeForSequenceClassification",
+               causal_class=_HF + "Qwen2MoeForCausalLM", head_class=_HF + "Qwen2MoeForSequenceClassification",
                tiny_kwargs=lambda s: dict(_decoder(s), num_experts=s.num_experts,
                                           moe_intermediate_size=s.expert_intermediate,
                                           shared_expert_intermediate_size=s.expert_intermediate, decoder_sparse_step=1,
@@ -331,20 +353,26 @@ _register_all([
                shared_attrs=("shared_expert", "shared_expert_gate"),
                notes="shared expert and its gate are in the shared group"),
     MoEAdapter("qwen3_moe", "Qwen3MoeSparseMoeBlock", router_attr="gate", experts_attr="experts",
-               head_class=_HF + "Qwen3MoeForSequenceClassification",
+               causal_class=_HF + "Qwen3MoeForCausalLM", head_class=_HF + "Qwen3MoeForSequenceClassification",
                tiny_kwargs=lambda s: dict(_decoder(s), num_experts=s.num_experts,
                                           moe_intermediate_size=s.expert_intermediate, decoder_sparse_step=1,
                                           norm_topk_prob=True, head_dim=_head_dim(s), layer_types=None)),
     MoEAdapter("deepseek_v2", "DeepseekV2Moe", router_attr="gate", experts_attr="experts",
-               head_class=_HF + "DeepseekV2ForSequenceClassification",
+               causal_class=_HF + "DeepseekV2ForCausalLM", head_class=_HF + "DeepseekV2ForSequenceClassification",
                tiny_kwargs=lambda s: _deepseek(s, topk_method="greedy"), lora_targets=("q_proj", "o_proj"),
                shared_attrs=("shared_experts",), notes="shared experts are in the shared group"),
     MoEAdapter("deepseek_v3", "DeepseekV3MoE", router_attr="gate", experts_attr="experts",
-               head_class=_HF + "DeepseekV3ForSequenceClassification",
+               causal_class=_HF + "DeepseekV3ForCausalLM", head_class=_HF + "DeepseekV3ForSequenceClassification",
                tiny_kwargs=lambda s: _deepseek(s, num_nextn_predict_layers=0, rope_interleave=False),
                lora_targets=("q_proj", "o_proj"),
                shared_attrs=("shared_experts",), frozen_buffers=("e_score_correction_bias",),
                notes="e_score_correction_bias is a frozen buffer (never updated from data)"),
+    MoEAdapter("deepseek_vl_v2", "DeepseekV2Moe", router_attr="gate", experts_attr="experts",
+               causal_class="raptor.moe.vl2.model:DeepseekVL2ForCausalLM",
+               shared_attrs=("shared_experts",), frozen_prefixes=("vision.", "projector.", "image_newline",
+                                                                  "view_seperator"),
+               notes="DeepSeek-VL2 (raptor.moe.vl2): vision tower, projector and tile tags frozen (neither "
+                     "role); shared experts in the shared group; each record's image is encoded alone"),
 ])
 
 

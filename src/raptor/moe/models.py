@@ -34,7 +34,7 @@ __all__ = ["FAMILIES", "OlmoeForSequenceClassification", "SwitchForSequenceClass
            "build_model", "classification_class", "init_weights_", "load_model", "tiny_config"]
 
 #: the supported families, in registry order (one adapter entry each)
-FAMILIES: tuple[str, ...] = supported_model_types()
+FAMILIES: tuple[str, ...] = tuple(t for t in supported_model_types() if get_adapter(t).head_class is not None)
 
 
 def _unknown_family(name: str) -> UnsupportedModelError:

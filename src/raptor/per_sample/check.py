@@ -10,7 +10,7 @@ Privacy: runs on a synthetic batch; nothing private is read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -107,11 +107,13 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
-            tolerance: float = 1e-4, family: str = "", lora: bool = False, loss_fn=None) -> CheckReport:
+            tolerance: float = 1e-4, family: str = "", lora: bool = False,
+            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> CheckReport:
     """Engine vs reference on one batch, with clipping active on some records of each group.
 
     ``loss_fn``: the per-record loss both sides differentiate (default: the model's task's,
-    cross-entropy, or squared error for a one-output regression head).
+    cross-entropy, or squared error for a one-output regression head; the generative objective
+    passes :func:`raptor.training.generate.answer_loss_per_record`).
     """
     from raptor.training.objectives import loss_fn_for, task_type_of
 

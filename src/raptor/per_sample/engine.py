@@ -80,12 +80,19 @@ def _batch_parts(batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch
         if key not in batch:
             raise DataError(f"batch is missing {key!r}; it needs input_ids [B,T], attention_mask [B,T], labels [B]")
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
-    if ids.dim() != 2 or mask.shape != ids.shape or labels.shape != ids.shape[:1]:
+    # labels: [B] (one class per record) or [B,T] (per-token targets of the generative objective)
+    if ids.dim() != 2 or mask.shape != ids.shape or labels.shape not in (ids.shape[:1], ids.shape):
         raise DataError(
             f"batch shapes do not match: input_ids {tuple(ids.shape)}, attention_mask {tuple(mask.shape)}, "
-            f"labels {tuple(labels.shape)}; expected [B,T], [B,T], [B]"
+            f"labels {tuple(labels.shape)}; expected [B,T], [B,T], [B] or [B,T]"
         )
     return ids, mask, labels
+
+
+def model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's keyword inputs: every batch entry but ``labels`` (e.g. a vision-language model's
+    ``images`` [B,3,H,W] and ``images_seq_mask`` [B,T] besides ``input_ids``/``attention_mask``)."""
+    return {k: v for k, v in batch.items() if k != "labels"}
 
 
 class PerRecordEngine:
@@ -139,7 +146,7 @@ class PerRecordEngine:
             return {info.index: torch.zeros(0, dtype=torch.long) for info in self.layers}
         call = self._call(None, mask)
         with torch.no_grad(), self._installed(call):
-            self.model(input_ids=ids, attention_mask=mask)
+            self.model(**model_inputs(batch))
         return dict(call.owners)
 
     def compute(self, batch: Mapping[str, torch.Tensor], clip_norms: Mapping[GroupKey | str, float]) -> EngineResult:
@@ -155,7 +162,7 @@ class PerRecordEngine:
         tape.on_ready = reducer.on_ready
         call = self._call(tape, mask)
         with self._installed(call), CaptureMode(tape):
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            logits = self.model(**model_inputs(batch)).logits
         loss_B = self.loss_fn(logits, labels)
         if loss_B.shape != (B,):
             raise ConfigError(f"loss_fn must return one loss per record, shape ({B},), got {tuple(loss_B.shape)}")

@@ -24,7 +24,7 @@ from torch import nn
 from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.expert_lora import has_expert_lora
-from raptor.per_sample.engine import EngineResult, _batch_parts, cross_entropy_per_record
+from raptor.per_sample.engine import EngineResult, _batch_parts, cross_entropy_per_record, model_inputs
 from raptor.roles.groups import GroupKey, build_group_map
 
 
@@ -86,7 +86,7 @@ def reference_compute(
 
     def _loop() -> None:
         for r in range(B):
-            ids_r, mask_r = ids[r:r + 1], mask[r:r + 1]
+            mask_r = mask[r:r + 1]
             seen: dict[int, int] = {}
             handles = []
             for info in layers:
@@ -100,7 +100,7 @@ def reference_compute(
                         seen[info.index] = _owner_top1_loop(choice, mask_r.reshape(-1), info.num_experts)
                     handles.append(info.router.register_forward_hook(hook))
             try:
-                logits = model(input_ids=ids_r, attention_mask=mask_r).logits
+                logits = model(**{k: v[r:r + 1] for k, v in model_inputs(batch).items()}).logits
             finally:
                 for h in handles:
                     h.remove()

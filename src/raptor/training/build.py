@@ -24,15 +24,16 @@ from raptor.training.trainable import apply_lora, set_trainable
 from raptor.training.trainer import Records, Trainer
 
 
-def make_engine(model: nn.Module, spec: MethodSpec, trained_layers) -> object:
+def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None) -> object:
     """The gradient engine of a method: per-record (roles or dense grouping) or plain autograd.
 
-    The per-record loss is the model's objective: cross-entropy, or squared error for a one-output
-    (regression) head (:mod:`raptor.training.objectives`).
+    ``loss_fn``: the per-record loss hook; None: the model's objective, cross-entropy or squared
+    error for a one-output (regression) head (:mod:`raptor.training.objectives`).
     """
-    from raptor.training.objectives import loss_fn_for, task_type_of
+    if loss_fn is None:
+        from raptor.training.objectives import loss_fn_for, task_type_of
 
-    loss_fn = loss_fn_for(task_type_of(model))
+        loss_fn = loss_fn_for(task_type_of(model))
     if spec.grouping is None:
         from raptor.training.plain import PlainEngine
 
@@ -44,7 +45,7 @@ def make_engine(model: nn.Module, spec: MethodSpec, trained_layers) -> object:
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
-                  public: Records, spec: MethodSpec | None = None, evaluator=None) -> Trainer:
+                  public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
@@ -52,7 +53,9 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
     noise, nothing recorded). ``evaluator`` (:class:`raptor.evaluation.Evaluator`) scores the model
     with the task's metrics on its validation split(s); by default accuracy (Pearson/Spearman for a
-    one-output head) on ``validation``.
+    one-output head) on ``validation``. ``objective``: None (classification) or a
+    :class:`raptor.training.generate.GenerativeObjective` (answer-only loss, greedy-decoding
+    evaluation, LM head frozen under dp-lora, optionally frozen shared experts).
     """
     spec = spec or METHOD_SPECS[config.method]
     model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
@@ -65,10 +68,12 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     if spec.trainable == "lora":
         from raptor.mechanisms import GeneratorSpec
 
-        model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2))
+        model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2),
+                           train_head=objective is None)
     else:
-        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained)
-    engine = make_engine(model, spec, trained)
+        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained,
+                      freeze_shared_experts=objective is not None and objective.freeze_shared_experts)
+    engine = make_engine(model, spec, trained, None if objective is None else objective.loss_fn)
     stage = public_stage(engine, layers, public, config, spec, owners=owners, choice=choice, trained_layers=trained)
     noise = make_noise_plan(config, spec.streams, dataset_size=int(train["labels"].shape[0]),
                             num_layers=len(trained))
@@ -76,7 +81,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                            denominators=stage.denominators, trained_layers=trained,
                            grouping=spec.grouping or "plain", epsilon_budget=config.privacy.epsilon,
                            public_report=stage.report)
-    return Trainer(model=model, engine=engine, plan=plan, train=train, validation=validation, config=config,
-                   extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()},
-                   evaluator=evaluator)
+    cls, extra = (Trainer, {"evaluator": evaluator}) if objective is None else \
+        (objective.trainer_class(), {"objective": objective})
+    return cls(model=model, engine=engine, plan=plan, train=train, validation=validation, config=config,
+               extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()}, **extra)
 

@@ -49,7 +49,7 @@ class PlainEngine:
         params = self.group_map.params
         if batch["input_ids"].shape[0] == 0:
             return PlainResult({n: torch.zeros_like(p) for n, p in params.items()})
-        logits_BK = classification_logits(self.model, batch)
-        loss = self.loss_fn(logits_BK, batch["labels"]).sum()
+        logits = self.model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        loss = self.loss_fn(logits, batch["labels"]).sum()
         grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
         return PlainResult({n: (torch.zeros_like(p) if g is None else g) for (n, p), g in zip(params.items(), grads)})

@@ -22,13 +22,23 @@ from raptor.moe.adapters import MoELayerInfo, block_prefix, get_adapter
 from raptor.training.config import TrainConfig
 from raptor.training.head_init import HEAD_ATTRS
 
+#: output heads: classification (``classifier``, ``score``) or language-model heads (``lm_head``,
+#: DeepSeek-VL2's ``language.lm_head``)
+OUTPUT_HEADS = (*HEAD_ATTRS, "lm_head", "language.lm_head")
+
 
 def head_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """Module names of the classification head (``classifier`` or ``score``)."""
-    found = tuple(a for a in HEAD_ATTRS if isinstance(getattr(model, a, None), nn.Module))
+    """Module names of the output head (``classifier``, ``score``, ``lm_head`` or ``language.lm_head``)."""
+    names = dict(model.named_modules())
+    found = tuple(a for a in OUTPUT_HEADS if isinstance(names.get(a), nn.Module))
     if not found:
-        raise ConfigError(f"{type(model).__name__} has no classification head ('classifier' or 'score')")
+        raise ConfigError(f"{type(model).__name__} has no output head ({', '.join(OUTPUT_HEADS)})")
     return found
+
+
+def _frozen(model: nn.Module) -> tuple[str, ...]:
+    """Parameters the family keeps frozen in every method (DeepSeek-VL2: vision tower, projector)."""
+    return tuple(f.rstrip(".") for f in get_adapter(model).frozen_prefixes)
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -41,8 +51,11 @@ def _module_param_names(model: nn.Module, module: nn.Module) -> set[str]:
 
 
 def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: str,
-                  trained_layers: Sequence[int]) -> None:
-    """requires_grad per the method's trainable-set policy (routers always frozen)."""
+                  trained_layers: Sequence[int], freeze_shared_experts: bool = False) -> None:
+    """requires_grad per the method's trainable-set policy (routers always frozen; the family's
+    frozen prefixes, e.g. DeepSeek-VL2's vision tower, always frozen; ``freeze_shared_experts``
+    freezes the always-on shared experts, the reference's VL2 setting, instead of training them in
+    the shared group)."""
     expert_names = {info.index: _module_param_names(model, info.experts) for info in layers}
     router_names = set().union(*(_module_param_names(model, info.router) for info in layers))
     all_experts = set().union(*expert_names.values())
@@ -50,8 +63,11 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
     heads = head_prefixes(model)
     last = layers[-1]
     block = block_prefix(last.name)
+    frozen = _frozen(model)
+    shared_expert_names = set().union(*(_module_param_names(model, m) for info in layers
+                                        for m in info.shared_experts)) if freeze_shared_experts else set()
     for name, p in model.named_parameters():
-        if name in router_names:
+        if name in router_names or any(_under(name, f) for f in frozen):
             on = False
         elif policy == "roles":
             on = name not in all_experts or name in chosen
@@ -64,10 +80,11 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
             on = on and (name not in all_experts or name in expert_names[last.index])
         else:
             raise ConfigError(f"unknown trainable-set policy {policy!r}")
-        p.requires_grad_(on)
+        p.requires_grad_(on and name not in shared_expert_names)
 
 
-def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator) -> nn.Module:
+def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator, *,
+               train_head: bool = True) -> nn.Module:
     """PEFT LoRA on the family's declared targets, base frozen, head trainable; per-expert LoRA on
     fused experts.
 
@@ -83,8 +100,9 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             "global RNG, which raptor never uses"
         )
     adapter = get_adapter(model)
-    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)}
-    targets = sorted(names & set(adapter.lora_targets))
+    frozen = _frozen(model)
+    targets = sorted(n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+                     and n.rsplit(".", 1)[-1] in adapter.lora_targets and not any(_under(n, f) for f in frozen))
     if not targets:
         raise ConfigError(f"dp-lora: none of {adapter.model_type}'s LoRA targets {adapter.lora_targets} are "
                           f"Linear layers of {type(model).__name__}")
@@ -106,6 +124,6 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             elif ".lora_B." in name:
                 p.zero_()
     for name, p in model.named_parameters():
-        if any(_under(name, h) for h in heads) or name in expert_lora:
+        if (train_head and any(_under(name, h) for h in heads)) or name in expert_lora:
             p.requires_grad_(True)
     return wrapped

@@ -1,0 +1,209 @@
+"""``raptor train --objective generate``: DP fine-tuning of a decoder on (prompt, answer) pairs.
+
+Data (JSON Lines):
+
+* text decoders (``--model`` a tiny family name: olmoe, mixtral, qwen2_moe, qwen3_moe,
+  deepseek_v2, deepseek_v3; or a local ``save_pretrained`` causal-LM directory): one record per
+  line with ``--prompt-field`` (default ``prompt``) and ``--answer-field`` (default ``answer``);
+* DeepSeek-VL2 (``--model DIR`` in the release layout, ``model_type`` ``deepseek_vl_v2``): one
+  record per line with ``--image-field`` (default ``image``, a path relative to the JSONL file),
+  ``--question-field`` (``question``) and ``--answer-field`` (``answer``). Every image is opened
+  and decoded before anything else happens; a missing or corrupt one stops the run with an error
+  naming the line.
+
+The public corpus (routing statistics, layer choice, the tiny families' tokenizer) is
+``--public-file`` or a deterministic slice of the training file (``--public-size``). The privacy
+unit is one record (one JSONL line); with several questions per image, protect the image by
+putting one record per image.
+
+Evaluation: greedy decoding on ``--validation-file`` (``--max-new-tokens``), exact match after
+normalisation (case, punctuation, whitespace) and token F1, before training (zero-shot, written
+as ``zero_shot`` in results.json) and at every evaluation point.
+
+The reference's DeepSeek-VL2 settings (RAPTOR paper): epsilon 8, delta 1e-5, shared ratio 0.9,
+alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
+
+    raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl \\
+        --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
+    raptor train ... --method dp-lora --lora-rank 16 --epsilon 8 --delta 1e-5
+
+Privacy: as ``raptor train`` (the training loss is never shown; the progress bar shows the dev
+exact match, dev loss and epsilon).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from raptor.errors import ConfigError
+
+
+def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("generative objective (--objective generate)")
+    group.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders)")
+    group.add_argument("--answer-field", default="answer", help="JSONL answer field")
+    group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2)")
+    group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2)")
+    group.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
+    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16)")
+    group.add_argument("--freeze-shared-experts", action="store_true",
+                       help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
+                            "training them in the shared group")
+
+
+def _model_type(model: str) -> str | None:
+    config = Path(model) / "config.json"
+    return json.loads(config.read_text()).get("model_type") if config.is_file() else None
+
+
+def _public_split(n: int, args, what: str):
+    from raptor.data.public import public_indices
+
+    size = args.public_size
+    size = int(size) if size >= 1 else float(size)
+    public = set(public_indices(n, size, seed=0))
+    if not public or len(public) >= n:
+        raise ConfigError(f"--public-size {args.public_size} leaves no public or no private {what} records")
+    return sorted(public), [i for i in range(n) if i not in public]
+
+
+def load_vqa_run(args, generator: torch.Generator):
+    """(model, tokenizer, train, public, validation records, GenerationEval, description)."""
+    from raptor.data.vqa import read_vqa_jsonl
+    from raptor.moe.vl2 import load_vl2
+    from raptor.training.vl2_processor import Vl2Processor
+
+    fields = dict(image_field=args.image_field, question_field=args.question_field, answer_field=args.answer_field)
+    train = read_vqa_jsonl(args.train_file, **fields)  # every image checked here, before anything else
+    dev = read_vqa_jsonl(args.validation_file, **fields) if args.validation_file else None
+    if args.public_file:
+        public, private = read_vqa_jsonl(args.public_file, **fields), train
+    else:
+        pub_idx, priv_idx = _public_split(len(train), args, "VQA")
+        public, private = train.subset(pub_idx), train.subset(priv_idx)
+    private = private.subset(range(min(len(private), args.max_train_samples or len(private))))
+    if dev is not None and args.max_eval_samples:
+        dev = dev.subset(range(min(len(dev), args.max_eval_samples)))
+    model = load_vl2(args.model)
+    tokenizer = _load_tokenizer(args.tokenizer or args.model)
+    proc = Vl2Processor(model, tokenizer)
+    enc = lambda d: proc.encode(d, max_length=args.max_length)  # noqa: E731
+    evaluation = proc.generation_eval(dev, max_new_tokens=args.max_new_tokens) if dev is not None else None
+    return (model, tokenizer, enc(private), enc(public), enc(dev) if dev is not None else None, evaluation,
+            {"private_records": len(private), "public_records": len(public),
+             "dev_records": len(dev) if dev is not None else 0, "source": f"VQA file {args.train_file}"})
+
+
+def load_text_run(args, generator: torch.Generator):
+    from raptor.data.qa import encode_qa, qa_generation_eval, read_qa_jsonl
+    from raptor.data.tokenization import train_wordpiece
+    from raptor.moe.causal import CAUSAL_CLASSES, build_causal_lm, load_causal_lm
+    from raptor.moe.models import TinySize
+
+    fields = dict(prompt_field=args.prompt_field, answer_field=args.answer_field)
+    train = read_qa_jsonl(args.train_file, **fields)
+    dev = read_qa_jsonl(args.validation_file, **fields) if args.validation_file else None
+    if args.public_file:
+        public, private = read_qa_jsonl(args.public_file, **fields), train
+    else:
+        pub_idx, priv_idx = _public_split(len(train), args, "QA")
+        public, private = train.subset(pub_idx), train.subset(priv_idx)
+    private = private.subset(range(min(len(private), args.max_train_samples or len(private))))
+    if dev is not None and args.max_eval_samples:
+        dev = dev.subset(range(min(len(dev), args.max_eval_samples)))
+    if args.model in CAUSAL_CLASSES:
+        tokenizer = _load_tokenizer(args.tokenizer) if args.tokenizer else \
+            train_wordpiece(public.corpus(), vocab_size=args.vocab_size, lowercase=True, min_frequency=1)
+        size = TinySize(vocab_size=max(len(tokenizer), 8), hidden_size=args.hidden_size, num_layers=args.num_layers,
+                        num_heads=4, num_experts=args.num_experts, top_k=2, expert_intermediate=2 * args.hidden_size,
+                        max_positions=max(256, args.max_length))
+        model = build_causal_lm(args.model, size=size, generator=generator)
+    else:
+        model = load_causal_lm(args.model)
+        tokenizer = _load_tokenizer(args.tokenizer or args.model)
+    enc = lambda d: encode_qa(tokenizer, d, max_length=args.max_length)  # noqa: E731
+    evaluation = qa_generation_eval(tokenizer, dev, max_length=args.max_length,
+                                    max_new_tokens=args.max_new_tokens) if dev is not None else None
+    return (model, tokenizer, enc(private), enc(public), enc(dev) if dev is not None else None, evaluation,
+            {"private_records": len(private), "public_records": len(public),
+             "dev_records": len(dev) if dev is not None else 0, "source": f"QA file {args.train_file}"})
+
+
+def _load_tokenizer(path):
+    """A tokenizer directory's ``tokenizer.json`` read directly (no AutoConfig lookup of the model)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from raptor.data.tokenization import load_tokenizer
+
+    p = Path(path)
+    if p.is_dir() and (p / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(p))
+    return load_tokenizer(path)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from raptor.accounting.ledger import PrivacyLedger
+    from raptor.cli.train import _finite, _json_default, config_from_args, nonfinite_warning
+    from raptor.mechanisms import GeneratorSpec
+    from raptor.moe.vl2.config import MODEL_TYPE
+    from raptor.training.build import build_trainer
+    from raptor.training.generate import GenerativeObjective, evaluate_generation
+
+    if not args.train_file:
+        raise ConfigError("--objective generate needs --train-file (JSONL: prompt/answer, or image/question/answer)")
+    if args.task or args.data_dir:
+        raise ConfigError("--objective generate reads --train-file JSONL; --task/--data-dir are for classification")
+    if args.head_init != "random":
+        raise ConfigError("--head-init applies to classification heads; --objective generate keeps the LM head")
+    config = config_from_args(args)
+    config = dataclasses.replace(config, lora_rank=args.lora_rank)
+    started = time.perf_counter()
+    init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
+    vl2 = _model_type(args.model) == MODEL_TYPE
+    loader = load_vqa_run if vl2 else load_text_run
+    model, tokenizer, train, public, val, evaluation, data_info = loader(args, init)
+    if config.batch_size >= data_info["private_records"]:
+        raise ConfigError(f"--batch-size {config.batch_size} must be below the {data_info['private_records']} "
+                          "private records")
+    zero_shot = evaluate_generation(model, evaluation, tokenizer) if evaluation is not None else None
+    objective = GenerativeObjective(evaluation=evaluation, tokenizer=tokenizer,
+                                    freeze_shared_experts=args.freeze_shared_experts)
+    trainer = build_trainer(config, model, train=train, validation=val, public=public, objective=objective)
+    if args.resume:
+        trainer.resume(args.resume, PrivacyLedger.from_dict)
+    print(f"raptor train (generate): {config.method} on {data_info['source']}: {data_info['private_records']:,} "
+          f"private / {data_info['public_records']:,} public / {data_info['dev_records']:,} dev records; "
+          f"{trainer.plan.steps} steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
+          f"sigma_e={trainer.plan.sigmas['expert']}, trained layers {list(trainer.plan.trained_layers)}"
+          + (f"; zero-shot exact match {zero_shot['exact_match']:.3f}" if zero_shot else "")
+          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"))
+    results = trainer.fit(progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
+    out = config.output_path
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.save(out / "checkpoint")
+    results.update({
+        "data": data_info, "model": args.model, "zero_shot": zero_shot,
+        "freeze_shared_experts": args.freeze_shared_experts,
+        "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
+        "total_seconds": time.perf_counter() - started,
+    })
+    (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
+                                                 allow_nan=False) + "\n")
+    eps = results["epsilon"]
+    em = results["final_exact_match"]
+    zs = f" (zero-shot {zero_shot['exact_match']:.3f})" if zero_shot else ""
+    print(f"dev exact match {em}{zs}, token F1 {results['final_token_f1']}, "
+          + (f"epsilon {eps:.4g} at delta {results['delta']}" if math.isfinite(eps) else "non-private (epsilon = inf)"))
+    print(f"wrote {out / 'results.json'}")
+    warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
+    if warning:
+        print(warning, file=sys.stderr)
+    return 0
