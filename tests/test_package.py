@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "per_sample": {"moe", "roles"},
     "training": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample"},
     "baselines": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "baselines"},
+    "experiments": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "baselines"},
+    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "baselines", "experiments"},
 }
 
 
