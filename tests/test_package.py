@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "per_sample": {"moe", "roles"},
     "training": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample"},
     "audit": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit"},
+    "experiments": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
 }
 
 
