@@ -1,6 +1,7 @@
 """Every method on real SST-2 under one budget, with the same batch size and learning-rate grid.
 
-Runs ``raptor train`` once per (method, learning rate) on the official SST-2 TSVs, with the same
+Trains once per (method, learning rate), in process through the library (``raptor.data.loaders``,
+``raptor.training.loaders``, ``raptor.fine_tune``; ``raptor train``'s flags give the settings), on the official SST-2 TSVs, with the same
 Poisson sampling, accounting, model and data for every method (METHOD.md, "match them fairly"),
 then writes ``experiments/results/sst2_methods.json`` and prints a table: per method, the dev
 accuracy at the best learning rate of the grid, epsilon and delta from the ledger, sigma per
@@ -15,14 +16,15 @@ The learning rate is chosen on the dev split, as usual for GLUE; that choice is 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-METHODS = ("nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last-layer", "raptor")
+from raptor.training.config import METHODS
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -32,15 +34,13 @@ def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], 
     out = Path(args.runs_dir) / (f"{tag}-lr{lr:g}" + ("" if seed == args.seed else f"-seed{seed}"))
     result_file = out / "results.json"
     if not result_file.exists() or args.force:
-        cmd = [sys.executable, "-m", "raptor.cli.main", "train", "--method", method, "--task", "sst2",
-               "--data-dir", args.data_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-               "--micro-batch-size", str(args.micro_batch_size), "--max-length", str(args.max_length),
-               "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(seed),
-               "--eval-every", str(args.eval_every), "--no-progress", "--output-dir", str(out), *extra]
+        flags = ["--method", method, "--task", "sst2",
+                 "--data-dir", args.data_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+                 "--micro-batch-size", str(args.micro_batch_size), "--max-length", str(args.max_length),
+                 "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(seed),
+                 "--eval-every", str(args.eval_every), "--no-progress", "--output-dir", str(out), *extra]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"{tag} lr={lr} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        train_in_process(flags)
         print(f"[{time.perf_counter() - start:6.0f}s] {tag} lr={lr:g} seed={seed}", flush=True)
     res = json.loads(result_file.read_text())
     return {"tag": tag, "method": method, "lr": lr, "seed": seed, "extra": extra, "final_accuracy": res["final_accuracy"],
@@ -49,6 +49,35 @@ def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], 
             "sample_rate": res["sample_rate"], "seconds_per_step": res["seconds_per_step"],
             "peak_rss_mib": res["peak_rss_mib"], "trained_layers": res.get("trained_layers"),
             "num_trainable_parameters": res.get("num_trainable_parameters"), "run_dir": str(out)}
+
+
+@functools.lru_cache(maxsize=4)
+def _data(source):
+    from raptor.data.loaders import load_data
+
+    return load_data(source)
+
+
+def train_in_process(flags: list[str]) -> dict:
+    """One run with ``raptor train``'s flags, through the library: data, model, fine_tune, results.json."""
+    from raptor.cli.train import add_arguments, config_from_args, data_source, model_source, write_results
+    from raptor.mechanisms import GeneratorSpec
+    from raptor.training.fine_tune import fine_tune
+    from raptor.training.loaders import load_model_and_tokenizer
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(flags)
+    config = config_from_args(args)
+    data = _data(data_source(args))
+    init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
+    model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
+    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public, progress=False)
+    results = dict(out.results, model=args.model,
+                   num_trainable_parameters=sum(p.numel() for p in out.trainer.params.values()))
+    config.output_path.mkdir(parents=True, exist_ok=True)
+    write_results(config.output_path / "results.json", results)
+    return results
 
 
 def _num(value, fmt: str) -> str:

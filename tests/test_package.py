@@ -19,8 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "moe": {"roles"},
     "per_sample": {"moe", "roles"},
     "training": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample"},
-    "baselines": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "baselines"},
+    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
 }
 
 

@@ -13,12 +13,30 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_has_a_python_example_and_it_runs(capsys):
+def _tiny_olmoe_dir(path: Path) -> None:
+    """A real save_pretrained directory (model + tokenizer) like the one the README's snippet loads."""
+    import torch
+
+    from raptor.data import save_tokenizer, train_wordpiece
+    from raptor.moe.models import TinySize, build_model
+
+    tok = train_wordpiece(["a good film", "the bad plot", "great awful fine dull movie"], vocab_size=60)
+    save_tokenizer(tok, path)
+    build_model("olmoe", generator=torch.Generator().manual_seed(0),
+                size=TinySize(vocab_size=len(tok), hidden_size=16)).save_pretrained(str(path))
+
+
+def test_readme_has_a_python_example_and_it_runs(capsys, tmp_path, monkeypatch):
     blocks = python_blocks(README)
-    assert blocks, "README.md should show the per-record engine API in a ```python block"
+    assert len(blocks) >= 2, "README.md should show raptor.fine_tune and the per-record engine in ```python blocks"
+    monkeypatch.chdir(tmp_path)
+    _tiny_olmoe_dir(tmp_path / "tiny-olmoe")
     for code in blocks:
+        assert len(code.strip().splitlines()) <= 15 or "fine_tune" not in code, "the fine_tune snippet is <= 15 lines"
         exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})  # noqa: S102
-    assert capsys.readouterr().out.strip(), "the example prints the expert norms"
+    out = capsys.readouterr().out
+    assert out.strip(), "the examples print"
+    assert (tmp_path / "tiny-olmoe-dp" / "config.json").is_file()
 
 
 def test_quickstart_gives_exactly_two_commands_and_ci_runs_the_test_one():

@@ -1,8 +1,6 @@
-"""Poisson sampling, Gaussian noise, generators and clipping helpers."""
+"""Poisson sampling, Gaussian noise and generators."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
@@ -11,8 +9,6 @@ from raptor.errors import ConfigError
 from raptor.mechanisms import (
     GeneratorSpec,
     add_gaussian_noise_,
-    clip_and_sum,
-    clip_factors,
     gaussian_noise,
     poisson_sample,
     secure_generator,
@@ -92,15 +88,3 @@ def test_generator_spec_validation():
         GeneratorSpec(secure=False, seed=None)
 
 
-def test_clip_helpers_against_explicit_loop():
-    g = seeded_generator(2)
-    per_record = torch.randn(6, 3, 4, generator=g) * torch.tensor([0.1, 1, 5, 0, 2, 30]).view(6, 1, 1)
-    expected = torch.zeros(3, 4)
-    for r in per_record:
-        n = r.norm().item()
-        expected += r * (min(1.0, 1.5 / n) if n > 0 else 1.0)
-    assert torch.allclose(clip_and_sum(per_record, 1.5), expected, atol=1e-6)
-    assert torch.equal(clip_factors(torch.tensor([0.0, 3.0]), math.inf), torch.ones(2))
-    assert torch.allclose(clip_factors(torch.tensor([0.0, 3.0, 0.5]), 1.0), torch.tensor([1.0, 1 / 3, 1.0]))
-    with pytest.raises(ConfigError):
-        clip_factors(torch.ones(2), 0.0)

@@ -55,3 +55,23 @@ def test_deepseek_v3_correction_bias_stays_a_frozen_buffer():
     gate.e_score_correction_bias = torch.nn.Parameter(bias.clone())
     with pytest.raises(UnsupportedModelError, match="e_score_correction_bias"):
         adapter.prepare(model)
+
+
+def test_one_record_per_family_declares_what_the_code_needs():
+    from pathlib import Path
+
+    from raptor.moe.adapters import DISPATCHES, TinySize, get_adapter
+    from raptor.moe.models import FAMILIES, build_model
+
+    for family in FAMILIES:
+        adapter = get_adapter(family)
+        assert adapter.dispatch in DISPATCHES and adapter.lora_targets
+        assert adapter.classification_class().__name__.endswith("ForSequenceClassification")
+        assert isinstance(adapter.tiny_config_kwargs(TinySize()), dict)
+        model = build_model(family)
+        layers = adapter.moe_layers(model)
+        assert all(info.dispatch == adapter.dispatch for info in layers)
+        assert all(info.top_k == (1 if adapter.top1 else getattr(model.config, adapter.top_k_attr)) for info in layers)
+    # the engine reads the family's record; it names no family
+    engine_src = (Path(__file__).resolve().parents[2] / "src" / "raptor" / "per_sample" / "engine.py").read_text()
+    assert "switch" not in engine_src.lower()

@@ -65,10 +65,16 @@ def test_seed_means_seeded_mode_and_no_seed_needs_secure():
     assert TrainConfig().privacy.secure_rng is True
     with pytest.raises(ConfigError, match="NOT secure"):
         TrainConfig(privacy=PrivacyConfig(secure_rng=False))
+    # conflicting settings raise instead of being rewritten
+    with pytest.raises(ConfigError, match="secure_rng"):
+        TrainConfig(seed=0)
 
 
-def test_nonprivate_drops_epsilon_and_dp_methods_need_it():
-    assert TrainConfig(method="nonprivate").privacy.epsilon is None
+def test_nonprivate_has_no_epsilon_and_dp_methods_need_it():
+    assert TrainConfig(method="nonprivate", privacy=PrivacyConfig(epsilon=None)).privacy.epsilon is None
+    assert tiny_recipe("nonprivate").privacy.epsilon is None
+    with pytest.raises(ConfigError, match="nonprivate method has no epsilon"):
+        TrainConfig(method="nonprivate")
     with pytest.raises(ConfigError, match="needs privacy.epsilon"):
         TrainConfig(method="dpsgd", privacy=PrivacyConfig(epsilon=None))
 

@@ -13,7 +13,8 @@ from raptor.errors import BudgetExceededError
 from raptor.mechanisms import seeded_generator
 from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
 from raptor.training.plan import FixedPlan
-from raptor.training.release import build_stream_setup, release_gradients
+from raptor.training.release import group_denominators, release_gradients
+from raptor.training.step_plan import build_step_plan
 from raptor.training.trainer import Trainer
 
 SHARES = {0: [0.5, 0.3, 0.2]}
@@ -25,51 +26,76 @@ def _trainer(records, *, steps=4, q=0.25, sigmas=(1.0, 2.0), schedule=None, deno
     engine = ToyEngine(model)
     n = int(records["labels"].shape[0])
     batch = max(1, round(q * n))
-    setup = build_stream_setup(engine.group_map.groups, grouping="roles", trained_layers=(0,), batch_size=batch,
-                               shares=SHARES, denominator=denominator, clip_shared=clip, clip_experts=clip)
-    plan = FixedPlan(batch / n, steps, sigmas[0], sigmas[1], 1, schedule or Schedule())
+    groups = engine.group_map.groups
+    noise = FixedPlan(batch / n, steps, sigmas[0], sigmas[1], 1, schedule or Schedule())
+    plan = build_step_plan(noise, groups, clip_norms={k: clip for k in groups}, trained_layers=(0,),
+                           denominators=group_denominators(groups, batch_size=batch, shares=SHARES, kind=denominator),
+                           grouping="roles")
     cfg = tiny_recipe("raptor", steps=steps, batch_size=batch, seed=None if secure else seed,
                       privacy=PrivacyConfig(epsilon=None, noise_multipliers=sigmas, secure_rng=secure,
                                             schedule=schedule or Schedule()))
     if optim is not None:
         from dataclasses import replace
         cfg = replace(cfg, optim=optim)
-    return Trainer(model=model, engine=engine, train=records, validation=records, setup=setup, plan=plan,
+    return Trainer(model=model, engine=engine, train=records, validation=records, plan=plan,
                    ledger=ledger if ledger is not None else ListLedger(), config=cfg)
 
 
 def test_setup_denominators_are_public_and_fixed():
-    setup = _trainer(toy_records(40)).setup
-    dens = {str(r.key): r.denominator for r in setup.releases}
+    plan = _trainer(toy_records(40)).plan
+    dens = {str(r.key): r.denominator for r in plan.groups}
     assert dens["shared"] == 10.0
     assert [dens[f"expert/0/{e}"] for e in range(E)] == pytest.approx([5.0, 3.0, 2.0])
-    uni = _trainer(toy_records(40), denominator="uniform").setup
-    assert all(r.denominator == pytest.approx(10 / 3) for r in uni.releases if r.key.is_expert)
+    uni = _trainer(toy_records(40), denominator="uniform").plan
+    assert all(r.denominator == pytest.approx(10 / 3) for r in uni.groups if r.key.is_expert)
 
 
 def test_expert_release_does_not_depend_on_realized_owner_counts():
     # Two batches with very different owner counts: the same denominator and the same noise,
     # i.e. release(sums) - sums / n_hat is identical, draw for draw.
     trainer = _trainer(toy_records(40))
-    engine, setup = trainer.engine, trainer.setup
+    engine, plan = trainer.engine, trainer.plan
     a = toy_records(8, seed=2, skew=1.0)   # every record owned by expert 0
     b = toy_records(3, seed=3)             # few records, mixed owners
     outs = []
     for batch in (a, b):
-        sums = engine.compute(batch, setup.clip_norms).clipped_sums
-        rel = release_gradients(sums, trainer.slices_of, trainer.params, setup.releases,
-                                {"shared": 1.0, "expert": 2.0}, seeded_generator(11))
+        sums = engine.compute(batch, plan.clip_norms).clipped_sums
+        rel = release_gradients(sums, trainer.slices_of, trainer.params, plan.step(0).groups, seeded_generator(11))
         noise_part = {}
-        for r in setup.releases:
+        for r in plan.groups:
             for sl in trainer.slices_of[r.key]:
                 noise_part[sl.name] = rel[sl.name] - sums[sl.name] / r.denominator
         outs.append(noise_part)
     assert outs[0].keys() == outs[1].keys()
     for name in outs[0]:
         torch.testing.assert_close(outs[0][name], outs[1][name], rtol=1e-5, atol=1e-6)
-    # and the noise has the planned scale sigma_e * C / n_hat on expert 2 (n_hat = 2 * 10 / 10...)
-    w = outs[0]["experts.2.weight"]
-    assert w.abs().max() > 0
+
+
+@pytest.mark.parametrize("group", ["shared", "expert/0/2"])
+def test_released_noise_has_the_planned_std_per_group(group):
+    # Opacus-style check of the noise scale: with zero clipped sums the release is pure noise, and
+    # every coordinate of group g must be N(0, (sigma_g C_g / n_hat_g)^2). sigma_s = 1, sigma_e = 2,
+    # C = 0.7 and n_hat = 10 (shared) / B pi_2 = 2 (expert 2): std 0.07 and 0.7.
+    trainer = _trainer(toy_records(40), sigmas=(1.0, 2.0), clip=0.7)
+    step = trainer.plan.step(0)
+    rel = next(r for r in step.groups if str(r.key) == group)
+    expected = {"shared": 1.0 * 0.7 / 10, "expert/0/2": 2.0 * 0.7 / 2}[group]
+    assert rel.noise_std == pytest.approx(expected)
+    names = [sl.name for sl in trainer.slices_of[rel.key]]
+    draws = []
+    generator = seeded_generator(5)
+    for _ in range(300):
+        out = release_gradients({}, trainer.slices_of, trainer.params, step.groups, generator)
+        draws.append(torch.cat([out[n].reshape(-1) for n in names]).double())
+    x = torch.cat(draws)
+    n = x.numel()
+    # The sample std of n i.i.d. normals has relative standard error 1/sqrt(2(n-1)); the mean has
+    # standard error std/sqrt(n). Allow 5 standard errors (false-alarm rate ~ 6e-7 each).
+    tol = 5.0 / math.sqrt(2 * (n - 1))
+    assert float(x.std()) == pytest.approx(expected, rel=tol)
+    assert abs(float(x.mean())) < 5 * expected / math.sqrt(n)
+    # And a wrong scale is rejected at this tolerance: the test can fail.
+    assert abs(expected * 1.1 - float(x.std())) > tol * expected
 
 
 def test_empty_sample_is_a_noise_only_step_for_every_group():

@@ -138,6 +138,11 @@ class BudgetPlan:
             raise ConfigError(f"epsilon={self.epsilon} exceeds target_epsilon={self.target_epsilon}: "
                               "a plan must be on the safe side.")
 
+    @property
+    def private(self) -> bool:
+        """Always True: every update of a calibrated plan is recorded in the ledger."""
+        return True
+
     def phase(self, t: int) -> Phase:
         """'joint' (both streams each step), or 'shared' / 'expert' (that stream only) for update t."""
         check_count(t, "t", minimum=0)

@@ -107,6 +107,15 @@ def alternating_phase(t: int, alternate: tuple[int, int]) -> Phase:
     return "shared" if t % (s + x) < s else "expert"
 
 
+def phase_streams(phase: Phase) -> tuple[str, ...]:
+    """The streams an update of ``phase`` releases and applies: both for "joint", else that one."""
+    if phase == "joint":
+        return ("shared", "expert")
+    if phase in ("shared", "expert"):
+        return (phase,)
+    raise ConfigError(f"phase={phase!r} is not one of 'joint', 'shared', 'expert'.")
+
+
 def phase_counts(steps: int, alternate: tuple[int, int]) -> tuple[int, int]:
     """(shared-only, expert-only) step counts among updates 0..steps-1 of an alternating schedule."""
     s, x = alternate

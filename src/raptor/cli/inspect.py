@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.cli.train import add_data_arguments, load_data, load_model_and_tokenizer, to_records
+from raptor.cli.train import add_data_arguments, data_source, model_source
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,15 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.baselines.methods import public_routing
+    from raptor.data.loaders import load_data, to_records
     from raptor.mechanisms import seeded_generator
     from raptor.moe.adapters import get_adapter
     from raptor.roles.layer_choice import LayerChoice, choose_layers
     from raptor.roles.public_stats import layer_stats
     from raptor.training.config import TrainConfig
+    from raptor.training.loaders import load_model_and_tokenizer
+    from raptor.training.public_stage import public_routing
 
-    _, split, _ = load_data(args)
-    model, tokenizer = load_model_and_tokenizer(args, split.public, split.public.num_labels,
+    split = load_data(data_source(args)).split
+    model, tokenizer = load_model_and_tokenizer(model_source(args), split.public, split.public.num_labels,
                                                 seeded_generator(args.seed))
     model.eval()
     public = to_records(tokenizer, split.public, args.max_length)

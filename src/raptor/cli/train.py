@@ -32,20 +32,29 @@ from pathlib import Path
 
 import torch
 
+from raptor.data.loaders import DEFAULT_PUBLIC_SIZE, DataSource
 from raptor.errors import ConfigError
 from raptor.training.config import (
+    ACCOUNTANTS,
+    ADJACENCIES,
+    CLIP_RULES,
+    DENOMINATORS,
     METHODS,
+    OPTIMIZERS,
     OptimConfig,
     PerformanceConfig,
     PrivacyConfig,
     Schedule,
     TrainConfig,
 )
+from raptor.training.loaders import DEFAULT_MODEL, ModelSource
+
+_TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, data and public-corpus flags shared by ``raptor train`` and ``raptor inspect``."""
-    parser.add_argument("--model", default="switch_transformers",
+    parser.add_argument("--model", default=DEFAULT_MODEL,
                         help="tiny family name (random init), local save_pretrained dir, or hub name")
     parser.add_argument("--task", default=None, help="GLUE task (sst2, mrpc, rte, ...) read from --data-dir")
     parser.add_argument("--data-dir", default=None, help="GLUE directory in the official TSV layout")
@@ -54,46 +63,59 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-column", nargs="+", default=None, help="one text column, or two for pairs")
     parser.add_argument("--label-column", default="label", help="label column of --train-file (default label)")
     parser.add_argument("--public-file", default=None, help="a separate public corpus (CSV/TSV/JSONL)")
-    parser.add_argument("--public-size", type=float, default=0.05,
-                        help="public slice of the training split: a fraction < 1 or a count (default 0.05)")
+    parser.add_argument("--public-size", type=float, default=DEFAULT_PUBLIC_SIZE,
+                        help=f"public slice of the training split: a fraction < 1 or a count (default {DEFAULT_PUBLIC_SIZE})")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer dir/file; default: the model's, or WordPiece trained on the public corpus")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size (tiny families)")
-    parser.add_argument("--max-length", type=int, default=128, help="tokens per record (default 128)")
+    parser.add_argument("--vocab-size", type=int, default=_MS.vocab_size, help="WordPiece vocabulary size (tiny families)")
+    parser.add_argument("--max-length", type=int, default=_TC.max_length, help=f"tokens per record (default {_TC.max_length})")
     parser.add_argument("--max-train-samples", type=int, default=None, help="use the first N private records")
     parser.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on the first N dev records")
-    parser.add_argument("--hidden-size", type=int, default=64, help="tiny families: d_model (default 64)")
-    parser.add_argument("--num-layers", type=int, default=2, help="tiny families: layers (default 2)")
-    parser.add_argument("--num-experts", type=int, default=4, help="tiny families: experts per layer (default 4)")
+    parser.add_argument("--hidden-size", type=int, default=_MS.hidden_size, help="tiny families: d_model")
+    parser.add_argument("--num-layers", type=int, default=_MS.num_layers, help="tiny families: layers")
+    parser.add_argument("--num-experts", type=int, default=_MS.num_experts, help="tiny families: experts per layer")
+
+
+def data_source(args: argparse.Namespace) -> DataSource:
+    return DataSource(task=args.task, data_dir=args.data_dir, train_file=args.train_file,
+                      validation_file=args.validation_file, text_columns=args.text_column,
+                      label_column=args.label_column, public_file=args.public_file, public_size=args.public_size,
+                      max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+
+
+def model_source(args: argparse.Namespace) -> ModelSource:
+    return ModelSource(model=args.model, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                       hidden_size=args.hidden_size, num_layers=args.num_layers, num_experts=args.num_experts,
+                       max_length=args.max_length)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_data_arguments(parser)
-    parser.add_argument("--method", choices=METHODS, default="raptor")
-    parser.add_argument("--epsilon", type=float, default=8.0, help="total epsilon budget (default 8)")
+    parser.add_argument("--method", choices=METHODS, default=_TC.method)
+    parser.add_argument("--epsilon", type=float, default=_PC.epsilon, help=f"total epsilon budget (default {_PC.epsilon:g})")
     parser.add_argument("--delta", type=float, default=None, help="delta (default: a power of ten below 1/(N ln N))")
-    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--epochs", type=float, default=_TC.epochs)
     parser.add_argument("--steps", type=int, default=None, help="planned updates (overrides --epochs)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="expected Poisson batch size B (q = B/N)")
-    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--batch-size", type=int, default=_TC.batch_size, help="expected Poisson batch size B (q = B/N)")
+    parser.add_argument("--lr", type=float, default=_OC.lr)
     parser.add_argument("--lr-expert", type=float, default=None, help="expert-stream learning rate (default --lr)")
-    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=_OC.name)
     parser.add_argument("--layers", default="auto", help="'auto' (public routing entropy) or e.g. '1' or '0,1'")
-    parser.add_argument("--num-auto-layers", type=int, default=1, help="how many layers 'auto' protects")
-    parser.add_argument("--clip", type=float, default=1.0, help="shared clip norm C_s (and dense C)")
-    parser.add_argument("--clip-expert", type=float, default=1.0, help="base expert clip norm C")
-    parser.add_argument("--clip-rule", choices=("uniform", "median-ratio", "quantile"), default="uniform",
-                        help="per-expert clip norms from public gradient norms (default uniform)")
-    parser.add_argument("--shared-ratio", type=float, default=0.3)
+    parser.add_argument("--num-auto-layers", type=int, default=_TC.num_auto_layers, help="how many layers 'auto' protects")
+    parser.add_argument("--clip", type=float, default=_PC.clip_shared, help="shared clip norm C_s (and dense C)")
+    parser.add_argument("--clip-expert", type=float, default=_PC.clip_expert, help="base expert clip norm C")
+    parser.add_argument("--clip-rule", choices=CLIP_RULES, default=_PC.clip_rule,
+                        help=f"per-expert clip norms from public gradient norms (default {_PC.clip_rule})")
+    parser.add_argument("--shared-ratio", type=float, default=_PC.shared_ratio)
     parser.add_argument("--alternate", default=None, help="S:X alternating schedule (default simultaneous)")
-    parser.add_argument("--denominator", choices=("public", "uniform"), default="public")
-    parser.add_argument("--accountant", choices=("pld", "rdp"), default="pld")
-    parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove")
-    parser.add_argument("--micro-batch-size", type=int, default=64)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (0: at the end)")
+    parser.add_argument("--denominator", choices=DENOMINATORS, default=_PC.denominator)
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default=_PC.accountant)
+    parser.add_argument("--adjacency", choices=ADJACENCIES, default=_PC.adjacency)
+    parser.add_argument("--micro-batch-size", type=int, default=_PERF.micro_batch_size)
+    parser.add_argument("--device", default=_PERF.device)
+    parser.add_argument("--eval-every", type=int, default=_TC.eval_every, help="evaluate every N steps (0: at the end)")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
-    parser.add_argument("--output-dir", default="runs/train")
+    parser.add_argument("--output-dir", default=_TC.output_dir)
     parser.add_argument("--seed", type=int, default=None,
                         help="seeded, reproducible and NOT secure run (default: OS CSPRNG)")
     parser.add_argument("--resume", default=None, help="checkpoint directory to continue (same settings)")
@@ -132,121 +154,52 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     )
 
 
-def _load_splits(args):
-    from raptor.data import load_bundled_sst2, load_glue_dir, load_user_files
-
-    if args.train_file:
-        if args.task and args.data_dir:
-            raise ConfigError("give either --task/--data-dir or --train-file, not both")
-        return load_user_files(args.train_file, args.validation_file, text_columns=args.text_column,
-                               label_column=args.label_column, task=args.task), f"files {args.train_file}"
-    if args.task or args.data_dir:
-        if not (args.task and args.data_dir):
-            raise ConfigError("--task needs --data-dir (a GLUE directory in the official TSV layout) and vice versa")
-        return load_glue_dir(args.data_dir, args.task), f"{args.task} from {args.data_dir}"
-    return load_bundled_sst2(), "sst2 (bundled sample)"
-
-
-def load_data(args):
-    """(splits description, PublicPrivateSplit, validation data or None)."""
-    from raptor.data import load_user_files, separate_public, split_public_private
-
-    splits, source = _load_splits(args)
-    if args.public_file:
-        public = load_user_files(args.public_file, text_columns=args.text_column, label_column=args.label_column,
-                                 task=args.task, label_names=splits.label_names).train
-        split = separate_public(public, splits.train)
-    else:
-        size = args.public_size
-        size = int(size) if size >= 1 else float(size)
-        split = split_public_private(splits.train, public_size=size, seed=0)
-    return source, split, splits.validation
-
-
-def load_model_and_tokenizer(args, public, num_labels: int, generator: torch.Generator):
-    """A tiny family (random init, WordPiece on the PUBLIC corpus) or a saved/hub model + its tokenizer."""
-    from raptor.data import check_tokenizer_matches_model, load_tokenizer, train_wordpiece
-    from raptor.moe.models import FAMILIES, TinySize, build_model, load_model
-
-    if args.model in FAMILIES:
-        tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else \
-            train_wordpiece(public.corpus(), vocab_size=args.vocab_size, lowercase=True)
-        size = TinySize(vocab_size=max(len(tokenizer), 8), hidden_size=args.hidden_size, num_layers=args.num_layers,
-                        num_heads=4, num_experts=args.num_experts, top_k=1 if args.model == "switch_transformers" else 2,
-                        expert_intermediate=2 * args.hidden_size, max_positions=max(256, args.max_length))
-        model = build_model(args.model, num_labels=num_labels, generator=generator, size=size)
-    else:
-        tokenizer = load_tokenizer(args.tokenizer or args.model)
-        model = load_model(args.model, num_labels=num_labels)
-    check_tokenizer_matches_model(tokenizer, model.config)
-    return model, tokenizer
-
-
-def to_records(tokenizer, data, max_length: int) -> dict[str, torch.Tensor]:
-    """All records of ``data`` as tensors padded to ``max_length`` (a fixed, public shape: padding to
-    the longest private record would reveal its length)."""
-    from raptor.data import collate, encode
-
-    enc = encode(tokenizer, data, max_length=max_length)
-    batch = collate(enc, range(len(enc)))
-    pad = max_length - batch["input_ids"].shape[1]
-    if pad > 0:
-        batch["input_ids"] = torch.nn.functional.pad(batch["input_ids"], (0, pad), value=enc.pad_token_id)
-        batch["attention_mask"] = torch.nn.functional.pad(batch["attention_mask"], (0, pad), value=0)
-    return batch
-
-
-def _subset(data, n):
-    return data if n is None else data.subset(range(min(n, len(data))))
-
-
 def run(args: argparse.Namespace) -> int:
-    from raptor.accounting.ledger import PrivacyLedger
-    from raptor.baselines.methods import build_trainer
+    """parse -> recipe -> build -> fit -> write."""
+    from raptor.data.loaders import load_data
     from raptor.mechanisms import GeneratorSpec
+    from raptor.training.fine_tune import fine_tune
+    from raptor.training.loaders import load_model_and_tokenizer
 
     config = config_from_args(args)
     started = time.perf_counter()
-    source, split, validation = load_data(args)
-    private = _subset(split.private, args.max_train_samples)
-    validation = _subset(validation, args.max_eval_samples) if validation is not None else None
+    data = load_data(data_source(args))
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
-    model, tokenizer = load_model_and_tokenizer(args, split.public, private.num_labels, init)
+    model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
     label_words = _init_head(args, model, tokenizer)
-    train = to_records(tokenizer, private, args.max_length)
-    public = to_records(tokenizer, split.public, args.max_length)
-    val = to_records(tokenizer, validation, args.max_length) if validation is not None else None
-    if config.batch_size >= len(private):
-        raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(private)} private records")
-    trainer = build_trainer(config, model, train=train, validation=val, public=public)
-    if args.resume:
-        trainer.resume(args.resume, PrivacyLedger.from_dict)
-    print(f"raptor train: {config.method} on {source}: {len(private):,} private / {len(split.public):,} public / "
-          f"{len(validation) if validation is not None else 0:,} dev records; {trainer.plan.steps} steps, "
-          f"q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigma_shared}, sigma_e={trainer.plan.sigma_expert}, "
-          f"trained layers {list(trainer.setup.trained_layers)}"
+    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
+                    resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
+    trainer, results = out.trainer, out.results
+    print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
+          f"public / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
+          f"steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
+          f"sigma_e={trainer.plan.sigmas['expert']}, trained layers {list(trainer.plan.trained_layers)}"
           + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"))
-    results = trainer.fit(progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
-    out = config.output_path
-    out.mkdir(parents=True, exist_ok=True)
-    trainer.save(out / "checkpoint")
+    path = config.output_path
+    path.mkdir(parents=True, exist_ok=True)
+    trainer.save(path / "checkpoint")
     results.update({
-        "data": {"source": source, "private_records": len(private), "public_records": len(split.public),
-                 "public_rule": split.rule, "dev_records": len(validation) if validation is not None else 0},
+        "data": {"source": data.source, "private_records": len(data.private), "public_records": len(data.public),
+                 "public_rule": data.split.rule,
+                 "dev_records": len(data.validation) if data.validation is not None else 0},
         "model": args.model, "head_init": {"rule": args.head_init, "label_words": label_words},
         "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
     })
-    (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
-                                                 allow_nan=False) + "\n")
+    write_results(path / "results.json", results)
     eps = results["epsilon"]
     print(f"dev accuracy {results['final_accuracy']}, epsilon {eps:.4g} at delta {results['delta']}"
           if math.isfinite(eps) else f"dev accuracy {results['final_accuracy']} (non-private: epsilon = inf)")
-    print(f"wrote {out / 'results.json'}")
+    print(f"wrote {path / 'results.json'}")
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:
         print(warning, file=sys.stderr)
     return 0
+
+
+def write_results(path: Path, results: dict) -> None:
+    """results.json as strict JSON (non-finite floats as strings)."""
+    path.write_text(json.dumps(_finite(results), indent=2, default=_json_default, allow_nan=False) + "\n")
 
 
 def nonfinite_warning(count: int) -> str | None:

@@ -1,6 +1,8 @@
-"""raptor.mechanisms: Poisson sampling, Gaussian noise and clipping, each from an explicit generator."""
+"""raptor.mechanisms: Poisson sampling and Gaussian noise, each from an explicit generator.
 
-from raptor.mechanisms.clipping import clip_and_sum, clip_factors
+(Per-record clipping lives in the engine, :mod:`raptor.per_sample`, and its one-record oracle.)
+"""
+
 from raptor.mechanisms.noise import add_gaussian_noise_, gaussian_noise
 from raptor.mechanisms.rng import (
     GeneratorSpec,
@@ -12,8 +14,6 @@ from raptor.mechanisms.sampling import poisson_sample
 __all__ = [
     "GeneratorSpec",
     "add_gaussian_noise_",
-    "clip_and_sum",
-    "clip_factors",
     "gaussian_noise",
     "poisson_sample",
     "secure_generator",

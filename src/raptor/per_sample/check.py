@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from raptor.moe.adapters import freeze_untrained_experts
 from raptor.per_sample.engine import EngineResult, PerRecordEngine
 from raptor.per_sample.reference import reference_compute
 
@@ -119,35 +120,22 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     )
 
 
-def freeze_untrained_experts(model: nn.Module, trained_layers: Sequence[int]) -> None:
-    """``requires_grad_(False)`` on the expert parameters of MoE layers outside ``trained_layers``."""
-    from raptor.moe.adapters import get_adapter
-
-    trained = set(trained_layers)
-    for info in get_adapter(model).moe_layers(model):
-        if info.index not in trained:
-            info.experts.requires_grad_(False)
-
-
 def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> nn.Module:
-    """LoRA on attention and experts, random A and B: PEFT on the attention projections (and on
-    Switch's expert ``wi``/``wo`` Linear layers), raptor's per-expert LoRA on fused experts.
+    """LoRA on attention and experts, random A and B: PEFT on the family's declared LoRA targets
+    (attention projections, and ModuleDict experts' Linear layers), raptor's per-expert LoRA on fused experts.
 
     Only LoRA parameters stay trainable (PEFT freezes the base weights).
     """
+    from raptor.moe.adapters import get_adapter
     from raptor.moe.expert_lora import add_expert_lora
     from raptor.moe.peft_lora import peft_lora
 
-    model_type = model.config.model_type
-    if model_type == "switch_transformers":
-        targets = ["q", "v", "wi", "wo"]
-    elif model_type in ("deepseek_v2", "deepseek_v3"):
-        targets = ["q_proj", "o_proj"]
-    else:
-        targets = ["q_proj", "v_proj"]
-    peft_model = peft_lora(model, r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=targets,
-                           init_lora_weights=False)
-    if model_type != "switch_transformers":  # after PEFT, which freezes every parameter it did not add
+    adapter = get_adapter(model)
+    fused = adapter.dispatch == "fused"
+    # the family's declared LoRA targets: attention (and, for ModuleDict experts, the expert Linear layers)
+    peft_model = peft_lora(model, r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                           target_modules=list(adapter.lora_targets), init_lora_weights=False)
+    if fused:  # after PEFT, which freezes every parameter it did not add
         add_expert_lora(peft_model, rank=rank, alpha=2 * rank, generator=generator)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():

@@ -257,12 +257,15 @@ class PerRecordEngine:
         return _experts.ActiveCall(tape=tape, layers=layers, owners={})
 
     def _find_tables(self) -> list[tuple[str, nn.Module]]:
-        """Switch-style relative-attention bias tables that are trainable."""
+        """Trainable relative-attention bias tables (the adapter's declared ``bias_table_attr``)."""
+        attr = self.adapter.bias_table_attr
+        if attr is None:
+            return []
         out = []
         for name, module in self.model.named_modules():
-            table = getattr(module, "relative_attention_bias", None)
+            table = getattr(module, attr, None)
             if isinstance(table, nn.Embedding) and table.weight.requires_grad and hasattr(module, "compute_bias"):
-                out.append((f"{name}.relative_attention_bias.weight", module))
+                out.append((f"{name}.{attr}.weight", module))
         return out
 
     @contextlib.contextmanager
@@ -272,17 +275,7 @@ class PerRecordEngine:
         restore: list[Callable[[], None]] = []
         try:
             for info in self.layers:
-                state = call.layers[id(info.experts)]
-                if info.fused:
-                    cfg = info.experts.config
-                    old = cfg._experts_implementation_internal
-                    cfg._experts_implementation_internal = _experts.IMPLEMENTATION
-                    restore.append(lambda cfg=cfg, old=old: setattr(cfg, "_experts_implementation_internal", old))
-                else:
-                    info.experts.forward = _experts.switch_experts_forward(info.experts, state)
-                    restore.append(lambda m=info.experts: delattr(m, "forward"))
-                    handle = info.router.register_forward_hook(_experts.switch_router_hook(state))
-                    restore.append(handle.remove)
+                restore.extend(_experts.DISPATCH[info.dispatch](info, call.layers[id(info.experts)]))
             if call.tape is not None:
                 for name, module in self._tables:
                     module.compute_bias = _table_compute_bias(module, name, call.tape)
@@ -374,10 +367,10 @@ def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> tor
 
 
 def _table_compute_bias(module: nn.Module, name: str, tape: Tape):
-    """A per-record ``compute_bias`` for one Switch attention instance (see :class:`TableFn`)."""
+    """A per-record ``compute_bias`` for one T5-style attention instance (see :class:`TableFn`)."""
 
     def compute_bias(query_length, key_length, device=None, past_seen_tokens=0):
-        weight = module.relative_attention_bias.weight
+        weight = getattr(module, name.rsplit(".", 2)[-2]).weight  # the declared bias table
         device = weight.device if device is None else device
         context = torch.arange(query_length, dtype=torch.long, device=device)[:, None] + past_seen_tokens
         memory = torch.arange(key_length, dtype=torch.long, device=device)[None, :]

@@ -5,12 +5,16 @@
   ExpertsInterface``; the engine selects it by setting the experts config's
   ``_experts_implementation`` for the duration of one ``compute`` and restores it after. Outside
   an engine call it computes the plain (grouped-mm) forward.
-* ``ModuleDict`` experts (Switch): :func:`switch_experts_forward` replaces the ``forward`` of the
+* ``ModuleDict`` experts with a top-1 router (Switch): :func:`module_dict_experts_forward` replaces the ``forward`` of the
   experts *instance* during one ``compute`` and computes every expert of the layer as grouped
   uses, like the fused families: one for ``wi`` and one for ``wo`` over all E experts' weights
   (and, with PEFT LoRA on ``wi``/``wo``, one per LoRA factor), never one use or one module call
   per expert. Each expert must be the library's ``wi -> act -> dropout(p=0) -> wo`` block (plain
   ``nn.Linear`` without bias, or a PEFT LoRA ``Linear`` around one); anything else raises.
+  :func:`top1_router_hook` reads the owners from the router.
+
+:data:`DISPATCH` maps an adapter's declared ``dispatch`` to the function that installs it for one
+engine call; the engine only looks the layer's kind up there.
 
 Both compute the owner of every record in their layer from the routing actually used (see
 :mod:`raptor.roles.owners`) before dispatching, and, under roles grouping, mark the rows of
@@ -142,8 +146,8 @@ def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -
     return torch.cat(parts)
 
 
-def switch_experts_forward(module, state: LayerState):
-    """A replacement ``forward`` for one Switch experts instance (bound via closure).
+def module_dict_experts_forward(module, state: LayerState):
+    """A replacement ``forward`` for one ModuleDict (Switch) experts instance (bound via closure).
 
     Rows are the routed (token, expert) pairs sorted by expert, then token (so by record within an
     expert); tokens dropped by the per-sequence capacity have no row, as in the library's loop.
@@ -251,8 +255,9 @@ class _Rows:
         return (out + self.grouped(z, [p.lora_B for p in slots]) * scaling).to(out.dtype)
 
 
-def switch_router_hook(state: LayerState):
-    """Forward hook on a Switch router: owner = most frequent top-1 choice over non-pad tokens."""
+def top1_router_hook(state: LayerState):
+    """Forward hook on a top-1 router (``output[2]`` = router logits): owner = most frequent top-1
+    choice over non-pad tokens."""
 
     def hook(module, args, output):
         call = ACTIVE.get()
@@ -266,5 +271,23 @@ def switch_router_hook(state: LayerState):
 
     return hook
 
+
+def install_fused(info, state: LayerState) -> list:
+    """Select the recording ExpertsInterface implementation for one call; returns the undo steps."""
+    cfg = info.experts.config
+    old = cfg._experts_implementation_internal
+    cfg._experts_implementation_internal = IMPLEMENTATION
+    return [lambda: setattr(cfg, "_experts_implementation_internal", old)]
+
+
+def install_module_dict(info, state: LayerState) -> list:
+    """Replace the experts instance's forward and hook the top-1 router for one call; returns the undo steps."""
+    info.experts.forward = module_dict_experts_forward(info.experts, state)
+    handle = info.router.register_forward_hook(top1_router_hook(state))
+    return [lambda m=info.experts: delattr(m, "forward"), handle.remove]
+
+
+#: adapter ``dispatch`` -> installer(layer info, layer state) -> list of undo callables
+DISPATCH = {"fused": install_fused, "module_dict": install_module_dict}
 
 ExpertsInterface.register(IMPLEMENTATION, raptor_experts_forward)

@@ -18,14 +18,15 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
+from raptor.accounting.rules import alternating_phase
 from raptor.errors import ConfigError
 
 #: Training methods (METHOD.md, "Baselines").
 METHODS: tuple[str, ...] = (
     "nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last-layer", "raptor",
 )
-ACCOUNTANTS = ("pld", "rdp")
-ADJACENCIES = ("add-remove", "replace-one")
+OPTIMIZERS = ("adamw", "sgd")
 DENOMINATORS = ("public", "uniform")
 CLIP_RULES = ("uniform", "median-ratio", "quantile")
 DTYPES = ("float32", "float64", "bfloat16")
@@ -69,10 +70,7 @@ class Schedule:
         """"joint", "shared" or "expert" for update t (0-based)."""
         if t < 0:
             raise ConfigError(f"step index must be >= 0, got {t}")
-        if self.alternate is None:
-            return "joint"
-        s, x = self.alternate
-        return "shared" if t % (s + x) < s else "expert"
+        return "joint" if self.alternate is None else alternating_phase(t, self.alternate)
 
     @staticmethod
     def parse(text: str | None) -> Schedule:
@@ -184,7 +182,7 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         c = "OptimConfig"
-        _choice(c, "name", self.name, ("adamw", "sgd"))
+        _choice(c, "name", self.name, OPTIMIZERS)
         _positive(c, "lr", self.lr)
         if self.lr_expert is not None:
             _positive(c, "lr_expert", self.lr_expert)
@@ -214,7 +212,7 @@ class TrainConfig:
     steps: int | None = None
     batch_size: int = 1024
     seed: int | None = None
-    output_dir: str = "runs/raptor"
+    output_dir: str = "runs/train"
     layers: str | tuple[int, ...] = "auto"
     num_auto_layers: int = 1
     eval_every: int = 0
@@ -252,11 +250,14 @@ class TrainConfig:
             raise _err(c, "lora_dropout", self.lora_dropout, "in [0, 1)")
         if self.method == "nonprivate":
             if self.privacy.epsilon is not None:
-                object.__setattr__(self, "privacy", replace(self.privacy, epsilon=None))
+                raise ConfigError("TrainConfig: the nonprivate method has no epsilon; set privacy.epsilon=None "
+                                  f"(got {self.privacy.epsilon!r}), or choose a DP --method")
         elif self.privacy.epsilon is None and self.privacy.noise_multipliers is None:
             raise ConfigError(f"TrainConfig: method {self.method!r} needs privacy.epsilon (or explicit noise_multipliers)")
         if self.seed is not None and self.privacy.secure_rng:
-            object.__setattr__(self, "privacy", replace(self.privacy, secure_rng=False))
+            raise ConfigError(f"TrainConfig: seed={self.seed} asks for a reproducible run, but privacy.secure_rng=True "
+                              "asks for OS randomness; set privacy.secure_rng=False with a seed (NOT secure), "
+                              "or drop the seed (--seed)")
         if self.seed is None and not self.privacy.secure_rng:
             raise ConfigError("TrainConfig: privacy.secure_rng=False needs a seed (seeded mode is NOT secure)")
 
@@ -304,7 +305,8 @@ def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
     """The reference's matched defaults (METHOD.md): B 1024, lr 2e-4, AdamW (0.9, 0.999, wd 0.01),
     3 epochs, C = 1, epsilon = 8, shared ratio 0.3, max length 128, last sparse layer."""
     cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128,
-                      privacy=PrivacyConfig(epsilon=8.0, clip_shared=1.0, clip_expert=1.0, shared_ratio=0.3),
+                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
+                                            clip_expert=1.0, shared_ratio=0.3),
                       optim=OptimConfig(name="adamw", lr=2e-4))
     return replace(cfg, **overrides) if overrides else cfg
 
@@ -312,7 +314,7 @@ def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
 def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
     """A seconds-long CPU run for tests: seeded (NOT secure), B 8, 3 steps, micro-batch 4."""
     cfg = TrainConfig(method=method, steps=3, batch_size=8, seed=0, max_length=16, layers="auto",
-                      privacy=PrivacyConfig(epsilon=8.0, secure_rng=False),
+                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, secure_rng=False),
                       performance=PerformanceConfig(micro_batch_size=4, eval_batch_size=16),
                       optim=OptimConfig(lr=1e-3))
     return replace(cfg, **overrides) if overrides else cfg

@@ -1,15 +1,18 @@
-"""Step plans the trainer follows: the accountant's calibrated BudgetPlan, or a fixed one.
+"""Noise plans: the accountant's calibrated BudgetPlan, a fixed one, or the explicit non-private one.
 
-The trainer reads, per update t: ``phase(t)`` ("joint"/"shared"/"expert"), the stream noise
-multipliers ``sigma_shared`` / ``sigma_expert``, and ``noise_multiplier_for_step(t)``, the sigma
-the ledger records (None: nothing to record, the non-private baseline).
+A noise plan states, per stream, the noise multiplier (None: the stream is not released), the
+public schedule (``phase(t)``) and ``noise_multiplier_for_step(t)``, the sigma the ledger records
+(None: nothing to record). The trainer never reads a noise plan: it reads the
+:class:`~raptor.training.step_plan.StepPlan` built from one and the public stage.
 
 * :func:`raptor.accounting.plan_budget` returns the calibrated plan for DP runs.
 * :class:`FixedPlan` takes sigmas as given (experiments, and the zero-noise equivalence tests);
   its ledger sigma comes from :func:`raptor.accounting.rules.step_noise_multiplier`: the joint
   sigma_eff = (1/sigma_s^2 + L/sigma_e^2)^(-1/2), or the single stream's for alternating phases
-  (sigma_s, or sigma_e / sqrt(L)). Zero noise cannot be
-  accounted (epsilon = inf): such a plan records nothing and the run reports epsilon = inf.
+  (sigma_s, or sigma_e / sqrt(L)). Zero noise cannot be accounted (epsilon = inf): such a plan
+  records nothing and the run reports epsilon = inf.
+* :func:`nonprivate_plan`: explicit sigma 0 for both streams, ``private=False``.
+* :func:`make_noise_plan`: the one a method and a config call for.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 
 from raptor.accounting.rules import step_noise_multiplier
 from raptor.errors import ConfigError
-from raptor.training.config import Schedule
+from raptor.training.config import Schedule, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,16 @@ class FixedPlan:
     schedule: Schedule = Schedule()
     private: bool = True
     delta: float | None = None
+    accountant: str = "pld"
+    adjacency: str = "add-remove"
 
     def __post_init__(self) -> None:
         if not 0 < self.sample_rate <= 1:
             raise ConfigError(f"FixedPlan.sample_rate must be in (0, 1], got {self.sample_rate!r}")
         if self.steps < 1:
             raise ConfigError(f"FixedPlan.steps must be >= 1, got {self.steps!r}")
+        if self.sigma_shared is None and self.sigma_expert is None:
+            raise ConfigError("FixedPlan releases no stream: sigma_shared and sigma_expert are both None")
 
     def phase(self, t: int) -> str:
         return self.schedule.phase(t)
@@ -53,6 +60,10 @@ class FixedPlan:
             return None  # zero noise: epsilon = inf, nothing the ledger can account
         return step_noise_multiplier(phase, self.sigma_shared, self.sigma_expert, self.num_layers)
 
+    def planned_runs(self) -> tuple:
+        """Nothing is pre-planned against a budget (only a calibrated BudgetPlan does that)."""
+        return ()
+
     def to_dict(self) -> dict:
         return {"kind": "fixed" if self.private else "nonprivate", "sample_rate": self.sample_rate,
                 "steps": self.steps, "sigma_shared": self.sigma_shared, "sigma_expert": self.sigma_expert,
@@ -60,5 +71,37 @@ class FixedPlan:
 
 
 def nonprivate_plan(sample_rate: float, steps: int, schedule: Schedule | None = None) -> FixedPlan:
-    """Poisson sampling at rate q, no noise, nothing recorded."""
+    """Poisson sampling at rate q, explicitly zero noise on both streams, nothing recorded."""
     return FixedPlan(sample_rate, steps, 0.0, 0.0, 0, schedule or Schedule(), private=False)
+
+
+def make_noise_plan(config: TrainConfig, streams: tuple[str, ...], *, dataset_size: int, num_layers: int):
+    """The noise plan of a run releasing ``streams`` (() = non-private): calibrated
+    (:func:`raptor.accounting.plan_budget`), fixed sigmas (``privacy.noise_multipliers``), or non-private.
+
+    Privacy: public inputs only (N, B, T, L, the config).
+    """
+    steps = config.num_steps(dataset_size)
+    q = config.batch_size / dataset_size
+    if not 0 < q <= 1:
+        raise ConfigError(f"batch_size {config.batch_size} must be <= the {dataset_size} private records")
+    if not streams:
+        return nonprivate_plan(q, steps)
+    priv = config.privacy
+    alternate = priv.schedule.alternate if streams == ("shared", "expert") else None
+    if priv.schedule.alternate is not None and config.method != "raptor":
+        raise ConfigError("an alternating schedule (--alternate) applies to the raptor method only")
+    from raptor.accounting.planning import default_delta, plan_budget
+
+    if priv.noise_multipliers is not None:
+        s, e = priv.noise_multipliers
+        return FixedPlan(q, steps, s if "shared" in streams else None, e if "expert" in streams else None,
+                         num_layers if "expert" in streams else 0,
+                         priv.schedule if alternate else Schedule(),
+                         delta=priv.delta or default_delta(dataset_size), accountant=priv.accountant,
+                         adjacency=priv.adjacency)
+
+    return plan_budget(dataset_size=dataset_size, batch_size=config.batch_size, epsilon=priv.epsilon,
+                       delta=priv.delta, steps=steps, num_layers=max(num_layers, 1),
+                       shared_ratio=priv.shared_ratio, alternate=alternate, streams=streams,
+                       adjacency=priv.adjacency, accountant=priv.accountant)

@@ -5,8 +5,9 @@ One update t (METHOD.md, "One update"):
 
 1. sample S_t = {i : U_i < q} (possibly empty) from the sampling generator;
 2. clipped sums per group from the engine, accumulated over micro-batches of S_t;
-3. release every group of the active phase: (sum + N(0, sigma^2 C_g^2 I)) / n_g, with n_g = B for
-   the shared/dense group and the public n_hat_{l,e} for experts (:mod:`raptor.training.release`);
+3. release the groups the step plan lists for update t: (sum + N(0, sigma_g^2 C_g^2 I)) / n_g, with
+   n_g = B for the shared/dense group and the public n_hat_{l,e} for experts
+   (:mod:`raptor.training.step_plan`, :mod:`raptor.training.release`);
    every expert of a trained layer steps on every planned update, owners sampled or not;
 4. record the step in the ledger (after checking that it fits the budget), step the stream
    optimizers of the phase.
@@ -46,7 +47,9 @@ from raptor.mechanisms import GeneratorSpec, poisson_sample
 from raptor.training.checkpoint import load_checkpoint, save_checkpoint
 from raptor.training.config import TrainConfig
 from raptor.training.plain import classification_logits
-from raptor.training.release import StreamSetup, release_gradients
+from raptor.training.protocols import GradientEngine, Ledger
+from raptor.training.release import release_gradients
+from raptor.training.step_plan import StepPlan
 
 Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
 
@@ -76,36 +79,37 @@ class Trainer:
         self,
         *,
         model: nn.Module,
-        engine,
+        engine: GradientEngine,
+        plan: StepPlan,
         train: Records,
         validation: Records | None,
-        setup: StreamSetup,
-        plan,
-        ledger,
         config: TrainConfig,
+        ledger: Ledger | None = None,
         extra_results: dict | None = None,
     ):
+        """``plan`` is the only source of what is released and recorded; ``ledger`` defaults to
+        ``plan.new_ledger()`` (None for a non-private plan)."""
         self.model, self.engine, self.train, self.validation = model, engine, train, validation
-        self.setup, self.plan, self.ledger, self.config = setup, plan, ledger, config
+        self.plan, self.config = plan, config
+        self.ledger = plan.new_ledger() if ledger is None else ledger
         self.extra_results = extra_results or {}
         self.num_records = int(train["labels"].shape[0])
         self.device = torch.device(config.performance.device)
         spec = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed)
         self.generators = {"sample": spec.make(0), "noise": spec.make(1, self.device)}
-        self.sigmas = {"shared": plan.sigma_shared or 0.0, "expert": plan.sigma_expert or 0.0}
-        self.epsilon_budget = config.privacy.epsilon
-        self.delta = getattr(plan, "delta", None) or config.privacy.delta
+        self.epsilon_budget = plan.epsilon_budget
+        self.delta = plan.delta
         self.params = dict(engine.group_map.params)
         self.slices_of = dict(engine.group_map.groups)
         self._names = {id(p): n for n, p in self.params.items()}
         self.optimizers = self._make_optimizers()
         self.state = TrainState()
-        if ledger is not None and len(ledger) != 0:
+        if self.ledger is not None and len(self.ledger) != 0:
             raise ConfigError("Trainer needs an empty ledger; resume a run with Trainer.resume(checkpoint)")
 
     def _make_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         names: dict[str, dict[str, None]] = {}
-        for rel in self.setup.releases:
+        for rel in self.plan.groups:
             for sl in self.slices_of[rel.key]:
                 names.setdefault(rel.stream, {})[sl.name] = None
         owner = {}
@@ -124,35 +128,33 @@ class Trainer:
     # ------------------------------------------------------------------ one update
     def step(self) -> None:
         """One planned update (reads top to bottom)."""
-        t = self.state.step
-        phase, sigma_t, q = self.plan.phase(t), self.plan.noise_multiplier_for_step(t), self.sample_rate
-        if sigma_t is not None and self.epsilon_budget is not None:
-            self.ledger.check_can_record(q, sigma_t, 1, self.epsilon_budget, self.delta)
-        idx_S = poisson_sample(self.num_records, q, self.generators["sample"])  # private: gather only
+        step = self.plan.step(self.state.step)  # released groups (stream, C_g, sigma_g, n_hat_g), ledger event
+        if step.accounted and self.epsilon_budget is not None:
+            self.ledger.check_can_record(step.sample_rate, step.ledger_sigma, 1, self.epsilon_budget, self.delta)
+        idx_S = poisson_sample(self.num_records, step.sample_rate, self.generators["sample"])  # private: gather only
         sums = self._clipped_sums(idx_S)
-        grads = release_gradients(sums, self.slices_of, self.params, self.setup.active(phase),
-                                  self.sigmas, self.generators["noise"])
-        if sigma_t is not None:
-            self.ledger.record(q, sigma_t)
+        grads = release_gradients(sums, self.slices_of, self.params, step.groups, self.generators["noise"])
+        if step.accounted:
+            self.ledger.record(step.sample_rate, step.ledger_sigma, 1, step.phase)
         else:
             self.state.unaccounted_steps += 1
-        self._apply(grads, phase)
-        self.state.step = t + 1
+        self._apply(grads, step.streams)
+        self.state.step = step.t + 1
 
     def _clipped_sums(self, idx_S: torch.Tensor) -> dict[str, torch.Tensor]:
         """Sum of the engine's clipped sums over micro-batches of the sampled records."""
         sums: dict[str, torch.Tensor] = {}
         for chunk in idx_S.split(self.config.performance.micro_batch_size):
             batch = {k: v[chunk].to(self.device) for k, v in self.train.items()}
-            result = self.engine.compute(batch, self.setup.clip_norms)
+            result = self.engine.compute(batch, self.plan.clip_norms)
             self.state.nonfinite_records += int(result.num_nonfinite)
             for name, s in result.clipped_sums.items():
                 sums[name] = s if name not in sums else sums[name] + s
         return sums
 
-    def _apply(self, grads: Mapping[str, torch.Tensor], phase: str) -> None:
+    def _apply(self, grads: Mapping[str, torch.Tensor], streams: tuple[str, ...]) -> None:
         for stream, opt in self.optimizers.items():
-            if phase not in ("joint", stream):
+            if stream not in streams:
                 continue
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -229,13 +231,13 @@ class Trainer:
             "final_accuracy": self.state.evals[-1]["accuracy"] if self.state.evals else None,
             "epsilon": self.epsilon_spent(),
             "delta": self.delta,
-            "sigma": {"shared": self.plan.sigma_shared, "expert": self.plan.sigma_expert},
-            "plan": self.plan.to_dict(),
+            "sigma": self.plan.sigmas,
+            "plan": self.plan.noise.to_dict(),
             "steps": self.state.step,
             "sample_rate": self.sample_rate,
             "seconds_per_step": self.state.step_seconds / max(self.state.step, 1),
             "peak_rss_mib": peak_kib / 1024.0,
-            "streams": self.setup.to_dict(),
+            "streams": self.plan.to_dict(),
             "nonfinite_records_diagnostic_not_dp": self.state.nonfinite_records,
         }
         if torch.cuda.is_available() and self.device.type == "cuda":

@@ -1,1 +1,0 @@
-"""raptor.baselines."""

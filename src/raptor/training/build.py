@@ -1,0 +1,72 @@
+"""``build_trainer``: a loaded model, tokenized records and a config -> a ready :class:`Trainer`.
+
+The composition root: prepare the model (device, dtype, the adapter's record-coupling policies),
+route the public corpus, choose the trained layers, set the method's trainable set (or LoRA),
+build the engine, compute the public stage, plan the noise, and state it all in one
+:class:`~raptor.training.step_plan.StepPlan`.
+
+Privacy: everything before the Trainer uses the public corpus only; the private training records
+are only handed to the trainer (and their count N, which is public, to the noise plan).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from raptor.moe.adapters import get_adapter
+from raptor.training.config import TrainConfig
+from raptor.training.methods import METHOD_SPECS, MethodSpec
+from raptor.training.plan import make_noise_plan
+from raptor.training.public_stage import choose_trained_layers, public_routing, public_stage
+from raptor.training.step_plan import build_step_plan
+from raptor.training.trainable import apply_lora, set_trainable
+from raptor.training.trainer import Records, Trainer
+
+
+def make_engine(model: nn.Module, spec: MethodSpec, trained_layers) -> object:
+    """The gradient engine of a method: per-record (roles or dense grouping) or plain autograd."""
+    if spec.grouping is None:
+        from raptor.training.plain import PlainEngine
+
+        return PlainEngine(model)
+    from raptor.per_sample.engine import PerRecordEngine
+
+    return PerRecordEngine(model, trained_layers=trained_layers if spec.grouping == "roles" else (),
+                           grouping=spec.grouping)
+
+
+def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
+                  public: Records, spec: MethodSpec | None = None) -> Trainer:
+    """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
+
+    ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
+    method-table row used instead of ``METHOD_SPECS[config.method]`` (a custom method, e.g. a
+    method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
+    noise, nothing recorded).
+    """
+    spec = spec or METHOD_SPECS[config.method]
+    model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
+    model.eval()
+    adapter = get_adapter(model)
+    adapter.prepare(model)
+    layers = adapter.moe_layers(model)
+    owners = public_routing(model, public, config)
+    trained, choice = choose_trained_layers(layers, owners, config, spec)
+    if spec.trainable == "lora":
+        from raptor.mechanisms import GeneratorSpec
+
+        model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2))
+    else:
+        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained)
+    engine = make_engine(model, spec, trained)
+    stage = public_stage(engine, layers, public, config, spec, owners=owners, choice=choice, trained_layers=trained)
+    noise = make_noise_plan(config, spec.streams, dataset_size=int(train["labels"].shape[0]),
+                            num_layers=len(trained))
+    plan = build_step_plan(noise, engine.group_map.groups, clip_norms=stage.clip_norms,
+                           denominators=stage.denominators, trained_layers=trained,
+                           grouping=spec.grouping or "plain", epsilon_budget=config.privacy.epsilon,
+                           public_report=stage.report)
+    return Trainer(model=model, engine=engine, plan=plan, train=train, validation=validation, config=config,
+                   extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()})
+

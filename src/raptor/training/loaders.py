@@ -1,0 +1,58 @@
+"""Model (and tokenizer) loading as a library: what ``raptor train``, ``raptor inspect`` and the
+experiments call.
+
+:class:`ModelSource` names a tiny family (random init from an explicit generator, WordPiece trained
+on the PUBLIC corpus only), a local ``save_pretrained`` directory or a hub name;
+:func:`load_model_and_tokenizer` loads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from raptor.data import ClassificationData, check_tokenizer_matches_model, load_tokenizer, train_wordpiece
+from raptor.moe.adapters import get_adapter
+from raptor.moe.models import FAMILIES, TinySize, build_model, load_model
+
+DEFAULT_MODEL = "switch_transformers"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model to fine-tune: a tiny family name, a ``save_pretrained`` directory or a hub name.
+
+    ``tokenizer``: a tokenizer directory/file (default: the model's own, or for tiny families a
+    WordPiece of ``vocab_size`` trained on the public corpus). The size fields apply to tiny families.
+    """
+
+    model: str = DEFAULT_MODEL
+    tokenizer: str | None = None
+    vocab_size: int = 8000
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_experts: int = 4
+    max_length: int = 128
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.model in FAMILIES
+
+
+def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, num_labels: int,
+                             generator: torch.Generator):
+    """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only."""
+    if source.is_tiny:
+        tokenizer = load_tokenizer(source.tokenizer) if source.tokenizer else \
+            train_wordpiece(public.corpus(), vocab_size=source.vocab_size, lowercase=True)
+        size = TinySize(vocab_size=max(len(tokenizer), 8), hidden_size=source.hidden_size,
+                        num_layers=source.num_layers, num_heads=4, num_experts=source.num_experts,
+                        top_k=1 if get_adapter(source.model).top1 else 2,
+                        expert_intermediate=2 * source.hidden_size, max_positions=max(256, source.max_length))
+        model = build_model(source.model, num_labels=num_labels, generator=generator, size=size)
+    else:
+        tokenizer = load_tokenizer(source.tokenizer or source.model)
+        model = load_model(source.model, num_labels=num_labels)
+    check_tokenizer_matches_model(tokenizer, model.config)
+    return model, tokenizer

@@ -1,0 +1,133 @@
+"""The public stage: everything fixed before training from the PUBLIC corpus, as one frozen object.
+
+Routing of the public records (owners per MoE layer), the layer choice
+(:func:`raptor.roles.layer_choice.choose_from_owners`, ``layers="auto"``), the smoothed public owner
+shares, the public denominators n_hat_g (:func:`raptor.training.release.group_denominators`, the one
+place they are computed), the clip norms C_g (per-expert ones from public gradient norms under
+``clip_rule``) and the report that goes into results.json (built from the same numbers).
+
+Privacy: public corpus only; the private training records are never handed to anything here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from raptor.errors import ConfigError
+from raptor.moe.adapters import MoELayerInfo
+from raptor.roles import public_stats as ps
+from raptor.roles.layer_choice import LayerChoice, choose_from_owners
+from raptor.training.config import TrainConfig
+from raptor.training.methods import MethodSpec
+from raptor.training.release import group_denominators, stream_of
+
+Records = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PublicStage:
+    """The public statistics a run uses (see the module docstring); keys of ``denominators`` and
+    ``clip_norms`` are the engine's group keys."""
+
+    owners: Mapping[int, torch.Tensor]          # {MoE layer: owner expert of each public record}
+    layer_choice: LayerChoice
+    trained_layers: tuple[int, ...]
+    shares: Mapping[int, tuple[float, ...]]     # {trained layer: smoothed public owner shares}
+    denominators: Mapping[object, float]        # {group key: n_hat_g}
+    clip_norms: Mapping[object, float]          # {group key: C_g}
+    public_records: int
+
+    @property
+    def report(self) -> dict:
+        """The public statistics for results.json (the same numbers the plan uses)."""
+        return {"layer_choice": self.layer_choice.to_dict(), "public_records": self.public_records,
+                "shares": {str(k): list(v) for k, v in self.shares.items()},
+                "denominators": {str(k): v for k, v in self.denominators.items() if stream_of(k) == "expert"}}
+
+
+def batches(records: Records, size: int, device) -> list[dict[str, torch.Tensor]]:
+    n = int(records["labels"].shape[0])
+    return [{k: v[s:s + size].to(device) for k, v in records.items()} for s in range(0, n, size)]
+
+
+def public_routing(model: nn.Module, public: Records, config: TrainConfig) -> dict[int, torch.Tensor]:
+    """{MoE layer: owner_N} of every public record, natural routing, no gradients.
+
+    Privacy: public corpus only.
+    """
+    from raptor.per_sample.engine import PerRecordEngine
+
+    saved = {n: p.requires_grad for n, p in model.named_parameters()}
+    router_engine = PerRecordEngine(model, trained_layers=(), grouping="dense")
+    owners = ps.concat_owners(router_engine.route(b) for b in
+                              batches(public, config.performance.eval_batch_size, config.performance.device))
+    for n, p in model.named_parameters():
+        p.requires_grad_(saved[n])
+    return owners
+
+
+def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, torch.Tensor], config: TrainConfig,
+                          spec: MethodSpec) -> tuple[tuple[int, ...], LayerChoice]:
+    """(trained MoE layers, the public layer table): ``config.layers`` or the "auto" rule for
+    methods that pick layers; the last MoE block for last-layer; none otherwise."""
+    num_experts = {info.index: info.num_experts for info in layers}
+    choice = choose_from_owners(owners, num_experts, count=min(config.num_auto_layers, len(layers)),
+                                pseudo_count=config.privacy.pseudo_count)
+    if not spec.uses_layers:
+        return ((layers[-1].index,) if spec.trainable == "last-block" else ()), choice
+    if config.layers == "auto":
+        return tuple(choice.chosen), choice
+    unknown = sorted(set(config.layers) - set(num_experts))
+    if unknown:
+        raise ConfigError(f"--layers {unknown} are not MoE layers; the MoE layers are {sorted(num_experts)}")
+    return tuple(config.layers), choice
+
+
+def public_clip_norms(engine, public: Records, config: TrainConfig) -> dict:
+    """Per-expert clip norms C_e from public unclipped per-record norms (rule from the config).
+
+    Privacy: public corpus only.
+    """
+    keys = list(engine.group_map.keys)
+    inf = {k: math.inf for k in keys}
+    collected: dict = {k: [] for k in keys if k.is_expert}
+    for batch in batches(public, config.performance.micro_batch_size, config.performance.device):
+        res = engine.compute(batch, inf)
+        for k in collected:
+            own = res.owners[k.layer] == k.expert_id
+            collected[k].append(res.norms[k][own].detach().double().cpu())
+    norms = {k: torch.cat(v) if v else torch.zeros(0) for k, v in collected.items()}
+    return ps.expert_clip_norms(norms, config.privacy.clip_expert, rule=config.privacy.clip_rule,
+                                quantile=config.privacy.clip_quantile)
+
+
+def public_stage(engine, layers: Sequence[MoELayerInfo], public: Records, config: TrainConfig, spec: MethodSpec, *,
+                 owners: Mapping[int, torch.Tensor], choice: LayerChoice,
+                 trained_layers: Sequence[int]) -> PublicStage:
+    """The frozen public stage of a run whose engine (and trainable set) is built.
+
+    Clip norms: infinite on the plain path (grouping None, no clipping); C_s for the shared or
+    dense group; for experts C (``clip_rule="uniform"``) or the public per-expert rule.
+    """
+    priv = config.privacy
+    num_experts = {info.index: info.num_experts for info in layers}
+    shares = {layer: tuple(ps.owner_shares(owners[layer], num_experts[layer], priv.pseudo_count).tolist())
+              for layer in trained_layers}
+    keys = list(engine.group_map.groups)
+    if spec.grouping is None:
+        clips: dict = {k: math.inf for k in keys}
+    else:
+        expert_clips: Mapping | None = None
+        if spec.grouping == "roles" and trained_layers and priv.clip_rule != "uniform":
+            expert_clips = public_clip_norms(engine, public, config)
+        clips = {k: (float(priv.clip_shared) if stream_of(k) == "shared" else
+                     float(priv.clip_expert if expert_clips is None else expert_clips[k])) for k in keys}
+    dens = group_denominators(keys, batch_size=config.batch_size, shares=shares, kind=priv.denominator)
+    return PublicStage(owners=dict(owners), layer_choice=choice, trained_layers=tuple(trained_layers),
+                       shares=shares, denominators=dens, clip_norms=clips,
+                       public_records=int(public["labels"].shape[0]))
