@@ -12,7 +12,10 @@ round-robin (ABBA order across methods), so drift on a shared machine hits every
 Timed separately: building the trainer (the public stage: public routing, layer choice, public
 clip norms; the noise plan), and one evaluation pass over the validation records.
 
-Memory: the peak tensor bytes of one update (see ``_common.peak_tensor_bytes``) per method.
+Memory: the peak tensor bytes of one update (see ``_common.peak_tensor_bytes``) per method. With
+``--memory-budget-mib`` every method picks its own micro-batch size from the budget
+(``PerformanceConfig.memory_budget_mib``): the table then shows, per method, the largest micro-batch
+that fits and the peak of an update at that size.
 
 Run: ``.venv/bin/python benchmarks/update_speed.py`` (writes ``results/update_speed.json``) or
 ``--quick``. Noise multipliers are fixed (1.0, 1.0): calibration is not part of an update.
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> dict:
             layers=tuple(args.layers) if args.layers else "auto",
             privacy=(PrivacyConfig(epsilon=None, secure_rng=False) if method == "nonprivate" else
                      PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False)),
-            performance=PerformanceConfig(micro_batch_size=args.micro_batch_size),
+            performance=PerformanceConfig(micro_batch_size=args.micro_batch_size,
+                                          memory_budget_mib=args.memory_budget_mib),
             optim=OptimConfig(lr=1e-3),
         )
         t0 = time.perf_counter()
@@ -142,6 +146,8 @@ def run(args: argparse.Namespace) -> dict:
             "evaluate_s": eval_s,
             "peak_update_tensor_bytes": peak_tensor,
             "trainable_params": sum(p.numel() for p in tr.params.values()),
+            "micro_batch_size": tr.micro_batch_size,
+            "micro_batch_choice": tr.micro_batch.to_dict() if tr.micro_batch is not None else None,
             "num_groups": len(tr.engine.group_map.keys),
         }
     base = results.get("nonprivate", {}).get("update_s", {}).get("median")
@@ -169,11 +175,11 @@ def table(report: dict) -> str:
                      "setup": r["setup_s"]["total"], "public": r["setup_s"].get("public_stage", 0.0)
                      + r["setup_s"].get("public_routing", 0.0),
                      "eval": r["evaluate_s"],
-                     "MB": (r["peak_update_tensor_bytes"] or 0) / 2**20})
+                     "MB": (r["peak_update_tensor_bytes"] or 0) / 2**20, "mb": r["micro_batch_size"]})
     cols = [("method", "method"), ("update_s", "update s"), ("iqr", "iqr"), ("x", "x nonprivate"),
             ("engine", "engine s"), ("noise", "noise+div s"), ("opt", "optim s"), ("sample", "sample s"),
             ("other", "other s"), ("setup", "build s"), ("public", "public stage s"), ("eval", "eval s"),
-            ("MB", "peak tensor MB")]
+            ("mb", "micro-batch"), ("MB", "peak tensor MB")]
     return _common.format_table(rows, cols)
 
 
@@ -188,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--public-records", type=int, default=64)
     p.add_argument("--validation-records", type=int, default=128)
     p.add_argument("--micro-batch-size", type=int, default=32)
+    p.add_argument("--memory-budget-mib", type=float, default=None,
+                   help="choose each method's micro-batch size from this budget (PerformanceConfig.memory_budget_mib)")
     p.add_argument("--layers", nargs="*", type=int, default=None, help="trained MoE layers (default: auto)")
     p.add_argument("--updates", type=int, default=None, help="timed updates per method (default 4; quick 2)")
     p.add_argument("--warmup", type=int, default=1)
