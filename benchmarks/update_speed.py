@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> dict:
 
     rounds: dict[str, list[dict[str, float]]] = {m: [] for m in args.methods}
     names = list(args.methods)
-    for rep in range(total_steps):
+    for rep in range(args.warmup + args.updates):
         order = names if rep % 2 == 0 else names[::-1]
         for method in order:
             t0 = time.perf_counter()
