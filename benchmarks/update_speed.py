@@ -77,9 +77,8 @@ def run(args: argparse.Namespace) -> dict:
 
     import raptor.training.build as build_module
     import raptor.training.trainer as trainer_module
-    from raptor.moe.models import TinySize, build_model
+    from raptor.moe.models import TinySize
     from raptor.training.build import build_trainer
-    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
 
     torch.set_num_threads(args.threads)
     size_kw = QUICK if args.quick else MEDIUM
@@ -90,11 +89,24 @@ def run(args: argparse.Namespace) -> dict:
     validation = _records(args.validation_records, args.seq_len, size_kw["vocab_size"], gen)
     total_steps = args.warmup + args.updates + 1  # +1: the memory-measured update
     clock = _Clock()
-    # benchmark-only instrumentation: phases of Trainer.step and of build_trainer
-    trainer_module.poisson_sample = clock.wrap("sample", trainer_module.poisson_sample)
-    trainer_module.release_gradients = clock.wrap("noise_and_division", trainer_module.release_gradients)
-    build_module.public_stage = clock.wrap("public_stage", build_module.public_stage)
-    build_module.public_routing = clock.wrap("public_routing", build_module.public_routing)
+    # benchmark-only instrumentation: phases of Trainer.step and of build_trainer (undone at the end)
+    wrapped = [(trainer_module, "poisson_sample", "sample"), (trainer_module, "release_gradients", "noise_and_division"),
+               (build_module, "public_stage", "public_stage"), (build_module, "public_routing", "public_routing")]
+    originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in wrapped]
+    for mod, attr, phase in wrapped:
+        setattr(mod, attr, clock.wrap(phase, getattr(mod, attr)))
+    try:
+        return _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer)
+    finally:
+        for mod, attr, fn in originals:
+            setattr(mod, attr, fn)
+
+
+def _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer) -> dict:
+    import torch
+
+    from raptor.moe.models import build_model
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
 
     trainers, setup = {}, {}
     for method in args.methods:
