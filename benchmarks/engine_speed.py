@@ -80,6 +80,8 @@ class Config:
     clip_norm: float = 1.0
     profile: bool = False
     tags: tuple[str, ...] = field(default=())
+    overrides: tuple[tuple[str, int], ...] = field(default=())  # config fields set after the tiny config
+    name: str = ""  # e.g. the real model a real-shape config is shaped like
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_experts", "top_k", "expert_intermediate",
@@ -94,7 +96,9 @@ class Config:
 
     @property
     def label(self) -> str:
-        return f"{self.family} E={self.num_experts} T={self.seq_len} B={self.batch_size} d={self.hidden_size}"
+        prefix = f"{self.name}: " if self.name else ""
+        return (f"{prefix}{self.family} E={self.num_experts} k={self.top_k} T={self.seq_len} B={self.batch_size} "
+                f"d={self.hidden_size} L={self.num_layers}")
 
 
 # ------------------------------------------------------------------------------------------ shared bits
@@ -249,7 +253,7 @@ def moe_worker(cfg: Config) -> dict:
     size = TinySize(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
                     num_heads=cfg.num_heads, num_experts=cfg.num_experts, top_k=cfg.top_k,
                     expert_intermediate=cfg.expert_intermediate, max_positions=max(256, cfg.seq_len))
-    model = build_model(cfg.family, size=size, generator=torch.Generator().manual_seed(cfg.seed))
+    model = build_model(cfg.family, size=size, generator=torch.Generator().manual_seed(cfg.seed), **dict(cfg.overrides))
     layers = [info.index for info in get_adapter(model).moe_layers(model)]
     engine = PerRecordEngine(model, trained_layers=layers, grouping="roles")
     batch = _batch(cfg)
@@ -440,13 +444,29 @@ def run_config(cfg: Config) -> dict:
 
 MEDIUM = dict(hidden_size=256, num_layers=4, num_heads=4, num_experts=16, top_k=2, expert_intermediate=256,
               vocab_size=1024, batch_size=16, seq_len=128)
+# Each real model's expert count, top-k, shared experts, depth, heads and sequence length, scaled down in
+# width only (hidden size and expert width divided by the factor in the comment), vocabulary 1024.
+REAL_SHAPES = {
+    # allenai/OLMoE-1B-7B: 16 layers, d 2048, 16 heads, 64 experts of width 1024, top-8 (width / 16)
+    "OLMoE-1B-7B": dict(family="olmoe", hidden_size=128, num_layers=16, num_heads=16, num_experts=64, top_k=8,
+                        expert_intermediate=64, seq_len=128),
+    # deepseek-ai/deepseek-vl2-tiny (language part): 12 layers, d 1280, 10 heads, 64 routed experts of width
+    # 896, top-6, 2 shared experts, first layer dense (width / 8)
+    "DeepSeek-VL2-Tiny": dict(family="deepseek_v2", hidden_size=160, num_layers=12, num_heads=10, num_experts=64,
+                              top_k=6, expert_intermediate=112, seq_len=128,
+                              overrides=(("n_shared_experts", 2), ("first_k_dense_replace", 1))),
+    # google/switch-base-8 (encoder): 12 layers, every other one sparse, d 768, 12 heads, 8 experts of width
+    # 3072, top-1, T 512 (width / 8)
+    "Switch-base-8": dict(family="switch_transformers", hidden_size=96, num_layers=12, num_heads=12, num_experts=8,
+                          top_k=1, expert_intermediate=384, seq_len=512, overrides=(("encoder_sparse_step", 2),)),
+}
 QUICK = dict(hidden_size=32, num_layers=2, num_heads=4, num_experts=4, top_k=2, expert_intermediate=32,
              vocab_size=256, batch_size=4, seq_len=16)
 
 
 def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str], experts: Sequence[int],
          seq_lens: Sequence[int], warmup: int, reps: int, sweep_reps: int, threads: int, profile: Sequence[str],
-         opacus: bool) -> list[Config]:
+         opacus: bool, top_ks: Sequence[int] = (), real: Sequence[str] = ()) -> list[Config]:
     """The configurations of one run: the base config per family, E and T sweeps, the Opacus reference."""
     base = QUICK if quick else MEDIUM
     common = dict(warmup=warmup, threads=threads)
@@ -461,6 +481,16 @@ def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str],
         for t in seq_lens:
             if t != base["seq_len"] or fam not in families:
                 configs.append(Config(fam, **dict(base, seq_len=t), reps=sweep_reps, tags=("sweep_seq",), **common))
+        if fam != "switch_transformers":  # top-1 by construction
+            e = max(experts)
+            for k in top_ks:
+                configs.append(Config(fam, **dict(base, num_experts=e, top_k=min(k, e)), reps=sweep_reps,
+                                      tags=("sweep_topk",), **common))
+    for name in real:
+        shape = dict(REAL_SHAPES[name])
+        fam = shape.pop("family")
+        configs.append(Config(fam, **dict(base, vocab_size=1024, **shape), name=name, reps=sweep_reps,
+                              tags=("real_shape",), **common))
     if opacus:
         configs.append(Config("opacus_dense", **base, reps=reps, tags=("opacus",), **common))
     return configs
@@ -468,7 +498,8 @@ def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str],
 
 def _row(r: dict) -> dict:
     c = r.get("config", {})
-    row = {"family": c.get("family"), "E": c.get("num_experts"), "T": c.get("seq_len"), "B": c.get("batch_size"),
+    row = {"family": c.get("name") or c.get("family"), "E": c.get("num_experts"), "k": c.get("top_k"),
+           "T": c.get("seq_len"), "B": c.get("batch_size"),
            "tags": ",".join(c.get("tags", ()))}
     if "error" in r:
         row["error"] = r["error"].splitlines()[-1][:80] if r["error"] else "error"
@@ -484,7 +515,7 @@ def _row(r: dict) -> dict:
     return row
 
 
-COLUMNS = (("family", "family"), ("E", "E"), ("T", "T"), ("B", "B"), ("plain_s", "plain s"), ("plain_iqr", "iqr"),
+COLUMNS = (("family", "family"), ("E", "E"), ("k", "k"), ("T", "T"), ("B", "B"), ("plain_s", "plain s"), ("plain_iqr", "iqr"),
            ("private_s", "private s"), ("private_iqr", "iqr"), ("time_ratio", "time x"),
            ("paired_ratio", "paired x"), ("cpu_ratio", "cpu x"),
            ("mem_plain_mb", "plain MB"), ("mem_private_mb", "private MB"), ("mem_ratio", "mem x"),
@@ -568,8 +599,14 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
                    help="families at the base config (default: all seven)")
     p.add_argument("--sweep-families", nargs="*", default=None, metavar="FAMILY",
                    help="families for the E and T sweeps (default: switch_transformers olmoe; quick: none)")
-    p.add_argument("--experts", nargs="+", type=int, default=None, help="E sweep (default 4 8 16 32; quick 2 4)")
-    p.add_argument("--seq-lens", nargs="+", type=int, default=None, help="T sweep (default 32 64 128; quick 8 16)")
+    p.add_argument("--experts", nargs="+", type=int, default=None,
+                   help="E sweep (default 4 8 16 32 64; quick 2 4)")
+    p.add_argument("--seq-lens", nargs="+", type=int, default=None, help="T sweep (default 32 64 128 512; quick 8 16)")
+    p.add_argument("--top-ks", nargs="*", type=int, default=None,
+                   help="top-k sweep at the largest E for top-k families (default 6 8; quick none)")
+    p.add_argument("--real", nargs="*", default=None, choices=sorted(REAL_SHAPES), metavar="MODEL",
+                   help=f"real-model shapes, scaled in width only (default: all of {', '.join(REAL_SHAPES)}; "
+                        "quick: none)")
     p.add_argument("--reps", type=int, default=None, help="timed rounds per base config (default 4; quick 2)")
     p.add_argument("--sweep-reps", type=int, default=None, help="timed rounds per sweep config (default 4; quick 1)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
@@ -587,8 +624,10 @@ def configs_from_args(args: argparse.Namespace) -> list[Config]:
                                                                                             "olmoe"])
     profile = args.profile if args.profile is not None else ([] if quick else list(args.families))
     return plan(quick=quick, families=args.families, sweep_families=sweep,
-                experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32]),
-                seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128]),
+                experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32, 64]),
+                seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128, 512]),
+                top_ks=args.top_ks if args.top_ks is not None else ([] if quick else [6, 8]),
+                real=args.real if args.real is not None else ([] if quick else list(REAL_SHAPES)),
                 warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or (1 if quick else 4),
                 threads=args.threads, profile=profile, opacus=not args.no_opacus)
 
@@ -599,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(args.worker)
         c = spec["config"]
         c["tags"] = tuple(c.get("tags", ()))
+        c["overrides"] = tuple(tuple(x) for x in c.get("overrides", ()))
         print(json.dumps(run_config(Config(**c))))
         return 0
     configs = configs_from_args(args)

@@ -103,3 +103,23 @@ def test_peak_tensor_bytes_counts_live_storage(bench):
     peak = _common.peak_tensor_bytes(step)
     assert 2 * mb <= peak <= 7 * mb
     assert _common.peak_tensor_bytes(lambda: torch.zeros(1000)) == 4000
+
+
+def test_update_speed_quick_writes_every_method_with_phases(tmp_path):
+    """benchmarks/update_speed.py --quick: one row per method, phases that add up, a ratio to nonprivate."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("raptor_benchmarks_update_speed", ROOT / "benchmarks" / "update_speed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "update.json"
+    assert mod.main(["--quick", "--updates", "1", "--warmup", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"nonprivate", "raptor", "dpsgd", "dp-lora"}
+    assert report["results"]["nonprivate"]["ratio_to_nonprivate"] == 1.0
+    for r in report["results"].values():
+        p = r["phases_s"]
+        assert p["engine"] > 0 and p["optimizer"] > 0 and p["noise_and_division"] > 0
+        assert math.isclose(sum(v for k, v in p.items() if k != "total"), p["total"], rel_tol=1e-6)
+        assert r["peak_update_tensor_bytes"] > 0 and r["evaluate_s"] > 0
+        assert r["setup_s"]["public_routing"] > 0

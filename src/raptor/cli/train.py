@@ -126,6 +126,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accountant", choices=ACCOUNTANTS, default=_PC.accountant)
     parser.add_argument("--adjacency", choices=ADJACENCIES, default=_PC.adjacency)
     parser.add_argument("--micro-batch-size", type=int, default=_PERF.micro_batch_size)
+    parser.add_argument("--memory-budget-mib", type=float, default=None,
+                        help="choose the micro-batch size from this budget of working memory per engine call "
+                             "(probed on synthetic records of --max-length tokens; overrides --micro-batch-size)")
     parser.add_argument("--device", default=_PERF.device)
     parser.add_argument("--eval-every", type=int, default=_TC.eval_every, help="evaluate every N steps (0: at the end)")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
@@ -168,7 +171,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         method=args.method, epochs=args.epochs, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
         output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
         eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
-        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device),
+        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
+                                      memory_budget_mib=args.memory_budget_mib),
         optim=OptimConfig(name=args.optimizer, lr=args.lr, lr_expert=args.lr_expert,
                           weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )

@@ -13,6 +13,10 @@ table      Switch relative-attention bias         scatter of the record's bias-g
 grouped    ``y = a W[e]^T`` for all expert slots  per (expert, record) ``sum g_t a_t^T``
 =========  ====================================  =======================================
 
+A grouped use covers every expert of one MoE layer at once; its slots are either the leading
+dimension of one fused 3-D parameter (OLMoE, Mixtral, Qwen, DeepSeek) or one 2-D parameter per
+expert (Switch's ``expert_e.wi`` / ``wo``, and their LoRA factors), see :func:`grouped_linear_use`.
+
 Each use stores its input rows ``a`` (detached), a row -> record index and, after the backward,
 its output-gradient rows ``g``. The ops run through custom autograd Functions that return only
 the input gradient, so autograd never computes the (discarded) full weight gradients; each use
@@ -22,13 +26,14 @@ Interception: a :class:`torch.overrides.TorchFunctionMode` active during the for
 ``F.linear``, ``F.embedding`` and ``Tensor.__mul__`` calls whose weight is a trainable parameter
 (or a dtype cast of one). Any *other* differentiable op on a trainable parameter raises
 :class:`UnsupportedModelError` naming the parameter: nothing is skipped silently. Fused experts
-come in through the ``"raptor"`` experts implementation (see ``raptor.per_sample.experts``), which
-calls :func:`grouped_linear_use`: one use per fused weight covering every expert slot, with an
-explicit row -> record index and expert per row.
+and Switch's per-expert ``Linear`` modules come in through the expert dispatch of
+``raptor.per_sample.experts``, which calls :func:`grouped_linear_use`: one use per projection
+covering every expert slot of the layer, with an explicit row -> record index and expert per row.
+A parameter of an expert group met by the interception (outside that dispatch) raises.
 
-Row -> record index for intercepted ops: inside an expert dispatch context the rows are the
-context's tokens; otherwise an input of shape ``[B, ...rest, d]`` maps rows to records along dim
-0 and a flat ``[B*T, d]`` input maps row ``n`` to record ``n // T``. Any other shape raises.
+Row -> record index for intercepted ops: an input of shape ``[B, ...rest, d]`` maps rows to
+records along dim 0 and a flat ``[B*T, d]`` input maps row ``n`` to record ``n // T``. Any other
+shape raises.
 
 Legend: B records, T tokens per record, N = B*T, n rows of one use, d feature size.
 """
@@ -36,6 +41,7 @@ Legend: B records, T tokens per record, N = B*T, n rows of one use, d feature si
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -62,6 +68,7 @@ class Use:
     pad_id: int | None = None  # embedding padding_idx (rows with this id get no gradient)
     expert: torch.Tensor | None = None  # grouped: expert slot of each kept row (rows sorted by expert, record)
     slot_groups: torch.Tensor | None = None  # grouped: group index of each expert slot [E]
+    slot_names: tuple[str, ...] | None = None  # grouped over per-expert 2-D weights: each slot's parameter
     on_ready: object = None  # callback(use) once the output gradient is in (the engine's reducer)
     reduced: bool = False  # set by the reducer (a safety check that no use is left out)
 
@@ -77,16 +84,6 @@ class Use:
 
 
 @dataclass
-class RowContext:
-    """Rows of an expert dispatch: token index per row, and the expert it runs on."""
-
-    rec: torch.Tensor  # [n] record of each row (sorted)
-    layer: int
-    expert: int
-    keep: torch.Tensor | None  # rows owned by this expert (roles grouping), None = all rows
-
-
-@dataclass
 class Tape:
     """Per-call capture state (one ``engine.compute``)."""
 
@@ -99,7 +96,6 @@ class Tape:
     uses: list[Use] = field(default_factory=list)
     owners: dict[int, torch.Tensor] = field(default_factory=dict)
     aliases: dict[int, tuple[str, torch.Tensor]] = field(default_factory=dict)
-    contexts: list[RowContext] = field(default_factory=list)
     on_ready: object = None  # callback(use) set on every use (see ``Use.on_ready``)
 
     # ------------------------------------------------------------ lookup
@@ -120,19 +116,16 @@ class Tape:
             key = (name, None)
         return self.group_of[key]
 
-    def rows(self, leading: tuple[int, ...]) -> tuple[torch.Tensor | None, int | None, RowContext | None]:
-        """Row -> record layout of an input whose leading (non-feature) shape is ``leading``."""
+    def rows(self, leading: tuple[int, ...]) -> tuple[None, int]:
+        """Row -> record layout (``rec``, rows per record) of an input whose leading shape is ``leading``."""
         n = math.prod(leading)
         B, T = self.num_records, self.tokens_per_record
-        if self.contexts and len(leading) == 1 and n == self.contexts[-1].rec.numel():
-            ctx = self.contexts[-1]
-            return ctx.rec, None, ctx
         if len(leading) == 1 and n == B * T:
-            return None, T, None
+            return None, T
         if len(leading) >= 1 and leading[0] == B and B > 0:
-            return None, n // B, None
+            return None, n // B
         if B == 0 and n == 0:
-            return None, 0, None
+            return None, 0
         raise UnsupportedModelError(
             f"cannot map rows of shape {tuple(leading)} to records (batch {B} x {T} tokens); the engine "
             "supports inputs shaped [B, ..., d] or [B*T, d]"
@@ -141,20 +134,13 @@ class Tape:
     def new_use(self, name: str, slot: int | None, kind: str, leading: tuple[int, ...], a: torch.Tensor | None,
                 **kw) -> Use:
         group = self.group(name, slot)
-        rec, m, ctx = self.rows(leading)
-        keep = None
         expert = self.expert_of_group.get(group)
         if expert is not None:
-            if ctx is None or (ctx.layer, ctx.expert) != expert:
-                raise UnsupportedModelError(
-                    f"parameter {name!r} of expert group {expert} is used outside its expert's dispatch"
-                )
-            keep = ctx.keep
-        if keep is not None:
-            rec = rec.index_select(0, keep)
-            if a is not None:
-                a = a.index_select(0, keep)
-        use = Use(name=name, slot=slot, kind=kind, group=group, a=a, rec=rec, rows_per_record=m, keep=keep,
+            raise UnsupportedModelError(
+                f"parameter {name!r} of expert group {expert} is used outside its layer's expert dispatch"
+            )
+        rec, m = self.rows(leading)
+        use = Use(name=name, slot=slot, kind=kind, group=group, a=a, rec=rec, rows_per_record=m,
                   on_ready=self.on_ready, **kw)
         self.uses.append(use)
         return use
@@ -188,57 +174,90 @@ class Tape:
         return _ScaleFn.apply(x, weight, use)
 
 
-def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weight_param: torch.Tensor, counts: list[int],
-                       rec_S: torch.Tensor, expert_S: torch.Tensor, keep: torch.Tensor | None,
+def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weights: torch.Tensor | Sequence[torch.Tensor],
+                       counts: list[int], rec_S: torch.Tensor, expert_S: torch.Tensor, keep: torch.Tensor | None,
                        layer: int) -> torch.Tensor:
-    """``y[rows of e] = x[rows of e] @ W[e]^T`` for every expert slot e of a fused weight, recorded as one use.
+    """``y[rows of e] = x[rows of e] @ W[e]^T`` for every expert slot e, recorded as one use.
 
-    Rows are sorted by expert (then record); ``counts[e]`` rows belong to slot e. ``keep``: the
-    rows whose record owns their expert (roles grouping), or None for all rows.
+    ``weights``: one fused 3-D parameter ``[E, d_out, d_in]`` or a sequence of E 2-D parameters
+    ``[d_out, d_in]`` (one per expert, every one trainable). Rows are sorted by expert (then
+    record); ``counts[e]`` rows belong to slot e. ``keep``: the rows whose record owns their
+    expert (roles grouping), or None for all rows.
     """
-    name = tape.name_of(weight_param)
-    slot_groups = torch.tensor([tape.group(name, e) for e in range(weight_param.shape[0])], dtype=torch.long)
-    for e in range(weight_param.shape[0]):
+    if isinstance(weights, torch.Tensor):
+        name = tape.name_of(weights)
+        slot_names = None
+        slot_groups = torch.tensor([tape.group(name, e) for e in range(weights.shape[0])], dtype=torch.long)
+        tensors: tuple[torch.Tensor, ...] = (weights,)
+    else:
+        slot_names = tuple(tape.name_of(w) for w in weights)
+        if None in slot_names:
+            raise UnsupportedModelError(
+                f"MoE layer {layer}: a grouped expert projection mixes trainable and frozen expert weights; "
+                "freeze or train that projection in every expert of the layer"
+            )
+        name = slot_names[0]
+        slot_groups = torch.tensor([tape.group(n, None) for n in slot_names], dtype=torch.long)
+        tensors = tuple(weights)
+    for e in range(slot_groups.numel()):
         expert = tape.expert_of_group.get(int(slot_groups[e]))
         if expert is not None and expert != (layer, e):
-            raise UnsupportedModelError(f"fused weight {name!r} slot {e} is in group {expert}, not in layer {layer}")
+            raise UnsupportedModelError(
+                f"expert weight {slot_names[e] if slot_names else name!r} slot {e} is in group {expert}, "
+                f"not in layer {layer}"
+            )
     a = x_S.detach()
     rec, exp = rec_S, expert_S
     if keep is not None:
         a, rec, exp = a.index_select(0, keep), rec.index_select(0, keep), exp.index_select(0, keep)
     use = Use(name=name, slot=None, kind="grouped", group=-1, a=a, rec=rec, keep=keep, expert=exp,
-              slot_groups=slot_groups, on_ready=tape.on_ready)
+              slot_groups=slot_groups, slot_names=slot_names, on_ready=tape.on_ready)
     tape.uses.append(use)
-    return _GroupedLinearFn.apply(x_S, weight_param, counts, use)
+    return GroupedLinearFn.apply(x_S, counts, use, *tensors)
 
 
-class _GroupedLinearFn(torch.autograd.Function):
+class GroupedLinearFn(torch.autograd.Function):
+    """Per-expert ``x @ W[e]^T`` over rows sorted by expert; the backward returns only ``dx``.
+
+    ``weights``: one 3-D tensor (slot e = ``W[e]``) or E 2-D tensors. ``use`` (or None for frozen
+    weights) receives the output-gradient rows; no weight gradient is ever formed.
+    """
+
     @staticmethod
-    def forward(ctx, x_S, weight, counts, use):
-        ctx.save_for_backward(weight)
+    def forward(ctx, x_S, counts, use, *weights):
+        ctx.save_for_backward(*weights)
         ctx.counts = counts
         ctx.use = use
-        out = x_S.new_empty((x_S.shape[0], weight.shape[1]))
+        slot = _slots(weights)
+        out = x_S.new_empty((x_S.shape[0], slot(0).shape[0]))
         start = 0
         for e, n in enumerate(counts):
             if n:
-                torch.mm(x_S[start:start + n], weight[e].t(), out=out[start:start + n])
+                torch.mm(x_S[start:start + n], slot(e).t(), out=out[start:start + n])
             start += n
         return out
 
     @staticmethod
     def backward(ctx, g_S):
-        (weight,) = ctx.saved_tensors
-        ctx.use.set_grad(g_S)
+        slot = _slots(ctx.saved_tensors)
+        if ctx.use is not None:
+            ctx.use.set_grad(g_S)
         gx = None
         if ctx.needs_input_grad[0]:
-            gx = g_S.new_empty((g_S.shape[0], weight.shape[2]))
+            gx = g_S.new_empty((g_S.shape[0], slot(0).shape[1]))
             start = 0
             for e, n in enumerate(ctx.counts):
                 if n:
-                    torch.mm(g_S[start:start + n], weight[e], out=gx[start:start + n])
+                    torch.mm(g_S[start:start + n], slot(e).to(g_S.dtype), out=gx[start:start + n])
                 start += n
-        return gx, None, None, None
+        return (gx, None, None) + (None,) * len(ctx.saved_tensors)
+
+
+def _slots(weights: Sequence[torch.Tensor]):
+    """Slot accessor: ``W[e]`` of one 3-D tensor, or the e-th of a list of 2-D tensors."""
+    if len(weights) == 1 and weights[0].dim() == 3:
+        return weights[0].__getitem__
+    return weights.__getitem__
 
 
 class _LinearFn(torch.autograd.Function):

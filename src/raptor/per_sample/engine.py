@@ -210,8 +210,11 @@ class PerRecordEngine:
                 elif how == "per":
                     contrib = weighted_sum(obj, c_GB[group])
                 else:
-                    for e, c in grouped_clipped_sums(obj[0], obj[1], c_GB, p.shape[0]).items():
-                        parts[name][e] = c.to(p.dtype)
+                    use, slot_names = obj[0], obj[0].slot_names
+                    num_slots = p.shape[0] if slot_names is None else len(slot_names)
+                    for e, c in grouped_clipped_sums(use, obj[1], c_GB, num_slots).items():
+                        target, at = (name, e) if slot_names is None else (slot_names[e], None)
+                        parts[target][at] = c.to(params[target].dtype)
                     continue
                 if slot in parts[name]:
                     contrib = contrib + parts[name][slot]
@@ -315,12 +318,13 @@ class _Reducer:
 
     def on_ready(self, use: Use) -> None:
         if self._counts is None:  # the forward is complete once gradients flow
-            self._counts = Counter((u.name, u.slot) for u in self.tape.uses)
+            self._counts = Counter((n, u.slot) for u in self.tape.uses for n in (u.slot_names or (u.name,)))
         key, B = (use.name, use.slot), self.B
         use.reduced = True
         if use.kind == "grouped":
-            if self._counts[key] != 1:
-                raise UnsupportedModelError(f"fused expert weight {use.name!r} is used more than once per forward")
+            for n in use.slot_names or (use.name,):
+                if self._counts[(n, None)] != 1:
+                    raise UnsupportedModelError(f"expert weight {n!r} is used more than once per forward")
             gn = grouped_sq_norms(use, B)
             self.norms2_GB.index_put_((gn.pair_group, gn.pair_rec), gn.sq.to(torch.float64), accumulate=True)
             if gn.per_pair is not None:

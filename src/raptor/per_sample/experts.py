@@ -5,10 +5,13 @@
   ExpertsInterface``; the engine selects it by setting the experts config's
   ``_experts_implementation`` for the duration of one ``compute`` and restores it after. Outside
   an engine call it computes the plain (grouped-mm) forward.
-* ``ModuleDict`` experts with a top-1 router (Switch): :func:`module_dict_experts_forward` replaces
-  the ``forward`` of the experts *instance* during one ``compute``; each expert's own module
-  forward still runs, so LoRA-wrapped expert Linear layers work; a row context tells the capture
-  which records the rows are. :func:`top1_router_hook` reads the owners from the router.
+* ``ModuleDict`` experts with a top-1 router (Switch): :func:`module_dict_experts_forward` replaces the ``forward`` of the
+  experts *instance* during one ``compute`` and computes every expert of the layer as grouped
+  uses, like the fused families: one for ``wi`` and one for ``wo`` over all E experts' weights
+  (and, with PEFT LoRA on ``wi``/``wo``, one per LoRA factor), never one use or one module call
+  per expert. Each expert must be the library's ``wi -> act -> dropout(p=0) -> wo`` block (plain
+  ``nn.Linear`` without bias, or a PEFT LoRA ``Linear`` around one); anything else raises.
+  :func:`top1_router_hook` reads the owners from the router.
 
 :data:`DISPATCH` maps an adapter's declared ``dispatch`` to the function that installs it for one
 engine call; the engine only looks the layer's kind up there.
@@ -35,7 +38,7 @@ from transformers.integrations.moe import (
 
 from raptor.errors import UnsupportedModelError
 from raptor.moe.expert_lora import expert_lora_forward, has_expert_lora
-from raptor.per_sample.capture import RowContext, Tape, grouped_linear_use
+from raptor.per_sample.capture import GroupedLinearFn, Tape, grouped_linear_use
 from raptor.roles.owners import owners_from_top1, owners_from_topk
 
 IMPLEMENTATION = "raptor"
@@ -60,18 +63,6 @@ class ActiveCall:
 
 
 ACTIVE: contextvars.ContextVar[ActiveCall | None] = contextvars.ContextVar("raptor_active_call", default=None)
-
-
-def _expert_rows(select_NE: torch.Tensor, e: int) -> torch.Tensor:
-    return torch.nonzero(select_NE[:, e], as_tuple=False).squeeze(1)
-
-
-def _context(state: LayerState, owner_B: torch.Tensor, tok: torch.Tensor, e: int, T: int) -> RowContext:
-    rec = tok // max(T, 1)
-    keep = None
-    if state.mask_owners:
-        keep = torch.nonzero(owner_B.index_select(0, rec) == e, as_tuple=False).squeeze(1)
-    return RowContext(rec=rec, layer=state.layer, expert=e, keep=keep)
 
 
 def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -156,34 +147,112 @@ def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -
 
 
 def module_dict_experts_forward(module, state: LayerState):
-    """A replacement ``forward`` for one ModuleDict experts instance (bound via closure)."""
+    """A replacement ``forward`` for one ModuleDict (Switch) experts instance (bound via closure).
+
+    Rows are the routed (token, expert) pairs sorted by expert, then token (so by record within an
+    expert); tokens dropped by the per-sequence capacity have no row, as in the library's loop.
+    ``wi`` and ``wo`` are each one grouped use over the E experts' weights.
+    """
+    experts = [module[f"expert_{e}"] for e in range(state.num_experts)]
+    wi = [_switch_projection(x.wi, state.layer, "wi") for x in experts]
+    wo = [_switch_projection(x.wo, state.layer, "wo") for x in experts]
+    act = _one_of([x.act for x in experts], type, state.layer, "act")
+    for x in experts:
+        if isinstance(x.dropout, torch.nn.Dropout) and x.dropout.p != 0.0 and x.dropout.training:
+            raise UnsupportedModelError(f"MoE layer {state.layer}: expert dropout must be off (p = 0) in the engine")
+    wo_dtype = wo[0].base.dtype
 
     def forward(hidden_states: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor):
         call = ACTIVE.get()
-        owner_B = call.owners[state.layer]
         tape = call.tape
         N = hidden_states.shape[0]
         B = state.records
         T = N // B if B else 0
-        select_NE = selected_experts.reshape(N, -1)
-        out_ND = torch.zeros_like(hidden_states)
-        for e in range(select_NE.shape[1]):
-            tok = _expert_rows(select_NE, e)
-            if tok.numel() == 0:
-                continue
-            ctx = _context(state, owner_B, tok, e, T)
-            if tape is not None:
-                tape.contexts.append(ctx)
-            try:
-                y = module[f"expert_{e}"](hidden_states.index_select(0, tok))
-            finally:
-                if tape is not None:
-                    tape.contexts.pop()
-            y = y * routing_weights.index_select(0, tok).reshape(-1, 1).to(y.dtype)
-            out_ND.index_add_(0, tok, y.to(out_ND.dtype))  # in place, as the library does
-        return out_ND
+        E = state.num_experts
+        pairs = torch.nonzero(selected_experts.reshape(N, -1).t(), as_tuple=False)  # [S, 2] sorted (expert, token)
+        expert_S, tok_S = pairs[:, 0], pairs[:, 1]
+        counts = torch.bincount(expert_S, minlength=E).tolist()
+        rec_S = tok_S // max(T, 1)
+        keep = None
+        if state.mask_owners:
+            owner_B = call.owners[state.layer]
+            keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+        rows = _Rows(tape, counts, rec_S, expert_S, keep, state.layer)
+        h = act(rows.project(hidden_states.index_select(0, tok_S), wi))
+        if h.dtype != wo_dtype and wo_dtype != torch.int8:
+            h = h.to(wo_dtype)
+        y = rows.project(h, wo)
+        y = y * routing_weights.reshape(N, -1)[:, 0].index_select(0, tok_S).unsqueeze(-1).to(y.dtype)
+        return torch.zeros_like(hidden_states).index_add(0, tok_S, y.to(hidden_states.dtype))
 
     return forward
+
+
+@dataclass(frozen=True)
+class _Projection:
+    """One expert's ``Linear`` (bias-free), optionally with one active PEFT LoRA adapter."""
+
+    base: torch.Tensor  # [d_out, d_in]
+    lora_A: torch.Tensor | None = None  # [r, d_in]
+    lora_B: torch.Tensor | None = None  # [d_out, r]
+    scaling: float = 1.0
+
+
+def _switch_projection(linear: torch.nn.Module, layer: int, attr: str) -> _Projection:
+    where = f"MoE layer {layer}: expert {attr} ({type(linear).__name__})"
+    if isinstance(linear, torch.nn.Linear) and type(linear).forward is torch.nn.Linear.forward:
+        if linear.bias is not None:
+            raise UnsupportedModelError(f"{where} has a bias; the engine's Switch dispatch expects bias-free experts")
+        return _Projection(linear.weight)
+    base = getattr(linear, "base_layer", None)
+    lora_A, lora_B = getattr(linear, "lora_A", None), getattr(linear, "lora_B", None)
+    if not (isinstance(base, torch.nn.Linear) and isinstance(lora_A, torch.nn.ModuleDict)
+            and isinstance(lora_B, torch.nn.ModuleDict)):
+        raise UnsupportedModelError(f"{where} is neither an nn.Linear nor a PEFT LoRA Linear")
+    active = [a for a in linear.active_adapters if a in lora_A]
+    if linear.disable_adapters or linear.merged or len(active) != 1 or active[0] in getattr(linear, "lora_variant", {}):
+        raise UnsupportedModelError(f"{where}: the engine supports exactly one active, unmerged, plain LoRA adapter")
+    name = active[0]
+    dropout = linear.lora_dropout[name]
+    if base.bias is not None or lora_A[name].bias is not None or lora_B[name].bias is not None or (
+            isinstance(dropout, torch.nn.Dropout) and dropout.p != 0.0):
+        raise UnsupportedModelError(f"{where}: LoRA with a bias or dropout is not supported by the engine")
+    return _Projection(base.weight, lora_A[name].weight, lora_B[name].weight, float(linear.scaling[name]))
+
+
+def _one_of(values: list, key, layer: int, what: str):
+    if len({key(v) for v in values}) != 1:
+        raise UnsupportedModelError(f"MoE layer {layer}: the experts' {what} differ; the engine needs them alike")
+    return values[0]
+
+
+@dataclass
+class _Rows:
+    """Rows of one Switch layer's dispatch, and how to project them with every expert's weight at once."""
+
+    tape: Tape | None
+    counts: list[int]
+    rec_S: torch.Tensor
+    expert_S: torch.Tensor
+    keep: torch.Tensor | None
+    layer: int
+
+    def grouped(self, x_S: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+        if self.tape is not None and any(self.tape.name_of(w) is not None for w in weights):
+            return grouped_linear_use(self.tape, x_S, weights, self.counts, self.rec_S, self.expert_S, self.keep,
+                                      self.layer)
+        return GroupedLinearFn.apply(x_S, self.counts, None, *weights)
+
+    def project(self, x_S: torch.Tensor, slots: list[_Projection]) -> torch.Tensor:
+        """``x W_e^T`` (+ ``s (x A_e^T) B_e^T`` under LoRA, in PEFT's order and dtypes) on every row."""
+        out = self.grouped(x_S, [p.base for p in slots])
+        if slots[0].lora_A is None:
+            return out
+        if any(p.lora_A is None for p in slots):
+            raise UnsupportedModelError(f"MoE layer {self.layer}: LoRA is on some experts' projections only")
+        scaling = _one_of([p.scaling for p in slots], float, self.layer, "LoRA scalings")
+        z = self.grouped(x_S.to(slots[0].lora_A.dtype), [p.lora_A for p in slots])
+        return (out + self.grouped(z, [p.lora_B for p in slots]) * scaling).to(out.dtype)
 
 
 def top1_router_hook(state: LayerState):

@@ -146,12 +146,20 @@ class PrivacyConfig:
 
 @dataclass(frozen=True)
 class PerformanceConfig:
-    """Speed/memory only: never changes the released mechanism (beyond rounding)."""
+    """Speed/memory only: never changes the released mechanism (beyond rounding).
+
+    ``memory_budget_mib``: when set, the micro-batch size is chosen from it instead of
+    ``micro_batch_size``: the largest size whose estimated peak working memory of one engine call
+    (activations, per-record state, clipped sums; not the model or optimizer) fits, estimated by
+    probing the engine on synthetic records of ``TrainConfig.max_length`` tokens
+    (:mod:`raptor.training.micro_batch`). It never depends on private data or on |S_t|.
+    """
 
     micro_batch_size: int = 32
     device: str = "cpu"
     dtype: str = "float32"
     eval_batch_size: int = 64
+    memory_budget_mib: float | None = None
 
     def __post_init__(self) -> None:
         c = "PerformanceConfig"
@@ -160,6 +168,9 @@ class PerformanceConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise _err(c, name, v, "an integer >= 1")
         _choice(c, "dtype", self.dtype, DTYPES)
+        b = self.memory_budget_mib
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or math.isinf(b)):
+            raise _err(c, "memory_budget_mib", b, "a positive number of MiB (--memory-budget-mib), or None")
         if not isinstance(self.device, str) or not self.device:
             raise _err(c, "device", self.device, "a torch device string such as 'cpu' or 'cuda'")
 

@@ -110,6 +110,16 @@ class Trainer:
         self._names = {id(p): n for n, p in self.params.items()}
         self.optimizers = self._make_optimizers()
         self.state = TrainState()
+        self.micro_batch = None
+        self.micro_batch_size = config.performance.micro_batch_size
+        if config.performance.memory_budget_mib is not None:
+            from raptor.training.micro_batch import choose_micro_batch_size
+
+            self.micro_batch = choose_micro_batch_size(
+                engine, seq_len=config.max_length, vocab_size=int(model.config.vocab_size),
+                budget_mib=config.performance.memory_budget_mib, device=self.device)
+            self.micro_batch_size = self.micro_batch.size
+            self.extra_results["micro_batch"] = self.micro_batch.to_dict()
         if self.ledger is not None and len(self.ledger) != 0:
             raise ConfigError("Trainer needs an empty ledger; resume a run with Trainer.resume(checkpoint)")
 
@@ -150,7 +160,7 @@ class Trainer:
     def _clipped_sums(self, idx_S: torch.Tensor) -> dict[str, torch.Tensor]:
         """Sum of the engine's clipped sums over micro-batches of the sampled records."""
         sums: dict[str, torch.Tensor] = {}
-        for chunk in idx_S.split(self.config.performance.micro_batch_size):
+        for chunk in idx_S.split(self.micro_batch_size):
             batch = {k: v[chunk].to(self.device) for k, v in self.train.items()}
             result = self.engine.compute(batch, self.plan.clip_norms)
             self.state.nonfinite_records += int(result.num_nonfinite)
