@@ -14,14 +14,15 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "raptor"
 ALLOWED: dict[str, set[str]] = {
     "accounting": set(),
     "mechanisms": set(),
-    "data": set(),
+    "evaluation": set(),
+    "data": {"evaluation"},
     "roles": set(),
     "moe": {"roles"},
     "per_sample": {"moe", "roles"},
-    "training": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample"},
-    "audit": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "experiments": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"accounting", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
+    "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample"},
+    "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "experiments": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "cli": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
 }
 
 

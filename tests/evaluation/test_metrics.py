@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from raptor.errors import ConfigError
-from raptor.evaluation import Evaluator, compute_metric, compute_metrics
+from raptor.evaluation import compute_metric, compute_metrics
+from raptor.training.evaluator import Evaluator
 
 # preds vs refs: TP = 2 (records 0, 3), TN = 1 (record 1), FP = 1 (record 2), FN = 0
 PREDS = [1, 0, 1, 1]

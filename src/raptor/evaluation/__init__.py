@@ -1,7 +1,6 @@
-"""raptor.evaluation: the GLUE metrics (:mod:`raptor.evaluation.metrics`) and the evaluator that
-scores a model on one or more validation splits (:mod:`raptor.evaluation.evaluator`)."""
+"""raptor.evaluation: the GLUE metrics (:mod:`raptor.evaluation.metrics`), a leaf package (scikit-learn,
+SciPy). The evaluator that scores a model on validation splits is :mod:`raptor.training.evaluator`."""
 
-from raptor.evaluation.evaluator import Evaluator
 from raptor.evaluation.metrics import (
     CLASSIFICATION_METRICS,
     DEFAULT_METRICS,
@@ -16,7 +15,6 @@ __all__ = [
     "DEFAULT_METRICS",
     "METRICS",
     "REGRESSION_METRICS",
-    "Evaluator",
     "compute_metric",
     "compute_metrics",
 ]

@@ -115,7 +115,7 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     cross-entropy, or squared error for a one-output regression head; the generative objective
     passes :func:`raptor.training.generate.answer_loss_per_record`).
     """
-    from raptor.training.objectives import loss_fn_for, task_type_of
+    from raptor.per_sample.objectives import loss_fn_for, task_type_of
 
     head = task_type_of(model)
     loss_fn = loss_fn or loss_fn_for(head)

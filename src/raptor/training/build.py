@@ -51,7 +51,7 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
     method-table row used instead of ``METHOD_SPECS[config.method]`` (a custom method, e.g. a
     method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
-    noise, nothing recorded). ``evaluator`` (:class:`raptor.evaluation.Evaluator`) scores the model
+    noise, nothing recorded). ``evaluator`` (:class:`raptor.training.evaluator.Evaluator`) scores the model
     with the task's metrics on its validation split(s); by default accuracy (Pearson/Spearman for a
     one-output head) on ``validation``. ``objective``: None (classification) or a
     :class:`raptor.training.generate.GenerativeObjective` (answer-only loss, greedy-decoding

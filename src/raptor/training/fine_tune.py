@@ -51,7 +51,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     continues a checkpoint of the same run and ledger. Returns a :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
-    from raptor.evaluation import Evaluator
+    from raptor.training.evaluator import Evaluator
     from raptor.training.objectives import task_type_of
 
     private = from_records(train, text_columns=text_columns, label_column=label_column, source="train",

@@ -183,7 +183,7 @@ class Trainer:
         """Accuracy (Pearson/Spearman for a one-output head) on ``validation``; ``None`` without one."""
         if validation is None:
             return None
-        from raptor.evaluation import Evaluator
+        from raptor.training.evaluator import Evaluator
         from raptor.training.objectives import task_type_of
 
         return Evaluator({"dev": validation}, task_type=task_type_of(self.model),
@@ -191,7 +191,7 @@ class Trainer:
 
     def evaluate(self) -> dict:
         """The task's metrics on the validation split(s) with natural routing (see
-        :class:`raptor.evaluation.Evaluator`): ``metrics``, ``main_metric``, ``dev_loss``, ``accuracy``.
+        :class:`raptor.training.evaluator.Evaluator`): ``metrics``, ``main_metric``, ``dev_loss``, ``accuracy``.
 
         Without a validation split every field is ``None`` (``metrics`` empty). The validation split
         is evaluation data, not the private training set, so its loss may be shown (the training
