@@ -168,7 +168,7 @@ class GenerativeObjective:
 class GenerativeTrainer(Trainer):
     """:class:`~raptor.training.trainer.Trainer` with generative evaluation.
 
-    ``evaluate`` returns (exact match, mean dev answer loss); the token F1 and a few decoded
+    ``evaluate`` returns exact match (the main metric), token F1 and the mean dev answer loss; the token F1 and a few decoded
     examples of each evaluation are kept too, and ``results()`` names the fields for what they are
     (``exact_match``, ``token_f1``) instead of ``accuracy``.
     """
@@ -185,16 +185,18 @@ class GenerativeTrainer(Trainer):
         return evaluate_generation(self.model, ev, self.objective.tokenizer, device=self.device)
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[float | None, float | None]:
+    def evaluate(self) -> dict:
+        """The evaluation point of :meth:`Trainer.evaluate` with ``exact_match`` (main) and ``token_f1``."""
         gen = self.evaluate_generation()
         if gen is None:
-            return None, None
+            return {"metrics": {}, "main_metric": None, "dev_loss": None, "accuracy": None}
         loss = None
         if self.validation is not None:
             loss = mean_answer_loss(self.model, self.validation, batch_size=self.config.performance.eval_batch_size,
                                     device=self.device)
         self.generation_log.append(gen)
-        return gen["exact_match"], loss
+        return {"metrics": {"exact_match": gen["exact_match"], "token_f1": gen["token_f1"]},
+                "main_metric": "exact_match", "dev_loss": loss, "accuracy": None}
 
     def results(self) -> dict:
         out = super().results()
