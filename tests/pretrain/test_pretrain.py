@@ -28,7 +28,7 @@ SECRET = "zqxjvwsecretword"
 
 def _public_dir(tmp_path: Path) -> Path:
     d = tmp_path / "public"
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
     (d / "a.txt").write_text("\n".join(PUBLIC * 15) + "\n")
     (d / "b.txt").write_text("\n".join(reversed(PUBLIC * 15)) + "\n")
     return d
