@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("raptor.cli.train", "DP fine-tuning with RAPTOR or a baseline; writes results.json and a checkpoint"),
     "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),
     "audit": ("raptor.cli.audit", "empirical privacy audit: an epsilon lower bound next to the claim"),
+    "pretrain": ("raptor.cli.pretrain", "pre-train a small MoE on public text (a warm start for DP fine-tuning)"),
     "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
 }
 

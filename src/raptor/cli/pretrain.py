@@ -1,0 +1,103 @@
+"""Pre-train a small MoE non-privately on PUBLIC text: the warm start for DP fine-tuning.
+
+Masked-token prediction for Switch, causal LM for the decoder families (OLMoE, Mixtral, Qwen2/3-MoE,
+DeepSeek-V2/V3). The tokenizer is WordPiece trained on the same public text (or ``--tokenizer``).
+Load-balancing and z-losses are on (the text is public, so coupling records costs nothing); router
+jitter and dropout are off. Writes a ``save_pretrained`` directory + tokenizer, ``pretrain.json``
+(loss curve, held-out loss, wall time, tokens/s, routing before/after) and ``routing.png``; a
+checkpoint every ``--checkpoint-every`` steps, continued with ``--resume``.
+
+Privacy: only the files given with ``--text`` are read (``--glue-dir`` adds, for the routing report
+only, the public slice of each GLUE task's training split). Give public text only: a file of private
+records passed here would be trained on without any protection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from raptor.errors import ConfigError
+from raptor.pretrain.run import DEFAULT_GLUE_TASKS, PretrainConfig
+
+#: flag -> (type, default, help) for the PretrainConfig fields exposed as plain flags
+_FLAGS = {
+    "vocab_size": (int, 8192, "WordPiece vocabulary size when training the tokenizer"),
+    "hidden_size": (int, 128, "d_model"),
+    "num_layers": (int, 4, "transformer layers (every one is an MoE layer)"),
+    "num_heads": (int, 4, "attention heads"),
+    "num_experts": (int, 8, "experts per MoE layer"),
+    "top_k": (int, 2, "experts per token for top-k families (Switch is always top-1)"),
+    "expert_intermediate": (int, 256, "hidden width of each expert"),
+    "block_length": (int, 128, "tokens per training block"),
+    "batch_size": (int, 32, "blocks per step"),
+    "steps": (int, 2000, "optimizer steps"),
+    "lr": (float, 1e-3, "peak AdamW learning rate"),
+    "weight_decay": (float, 0.01, "AdamW weight decay"),
+    "warmup_steps": (int, 100, "linear warm-up steps (then cosine decay)"),
+    "min_lr_ratio": (float, 0.1, "final lr as a fraction of --lr"),
+    "mask_prob": (float, 0.15, "masked-token rate (Switch)"),
+    "aux_loss_coef": (float, 0.01, "load-balancing loss weight (public pre-training only)"),
+    "z_loss_coef": (float, 0.001, "router z-loss weight (public pre-training only)"),
+    "held_out_every": (int, 50, "hold out one group of 20 paragraphs in every N"),
+    "eval_every": (int, 250, "held-out evaluation every N steps"),
+    "eval_blocks": (int, 256, "held-out blocks evaluated"),
+    "checkpoint_every": (int, 200, "checkpoint every N steps"),
+    "glue_public_size": (float, 0.05, "public slice of each GLUE training split (as raptor train --public-size)"),
+    "stats_records": (int, 512, "records per corpus for the routing statistics"),
+    "seed": (int, 0, "seed of the weights, data order and masks"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--text", nargs="+", required=True, metavar="FILE_OR_DIR",
+                        help="public text files or directories of *.txt (e.g. ../shared/data/public_text)")
+    parser.add_argument("--include", nargs="*", default=[], help="keep only files whose name contains one of these")
+    parser.add_argument("--exclude", nargs="*", default=[], help="drop files whose name contains one of these (e.g. imdb)")
+    parser.add_argument("--family", default="switch_transformers", help="model family (default switch_transformers)")
+    parser.add_argument("--tokenizer", default=None, help="use this tokenizer instead of training one")
+    parser.add_argument("--output-dir", required=True, help="where the model, tokenizer and pretrain.json go")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its checkpoint")
+    parser.add_argument("--glue-dir", default=None,
+                        help="GLUE TSV root: adds routing statistics on each task's public slice")
+    parser.add_argument("--glue-tasks", nargs="*", default=list(DEFAULT_GLUE_TASKS))
+    parser.add_argument("--save-dtype", choices=("float16", "float32"), default="float16",
+                        help="storage dtype of the saved weights (loaded back as float32)")
+    for name, (kind, default, help_text) in _FLAGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
+                            help=f"{help_text} (default {default})")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (performance only; default: torch's choice)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace) -> PretrainConfig:
+    return PretrainConfig(
+        output_dir=args.output_dir, text=tuple(args.text), family=args.family, include=tuple(args.include),
+        exclude=tuple(args.exclude), tokenizer=args.tokenizer, glue_dir=args.glue_dir,
+        glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype,
+        **{name: getattr(args, name) for name in _FLAGS},
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from raptor.pretrain.run import pretrain
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    result = pretrain(config_from_args(args), resume=args.resume, progress=not args.no_progress)
+    r = result.report
+    summary = {k: r[k] for k in ("steps", "held_out_loss", "held_out_top1", "train_seconds", "tokens_per_second",
+                                 "parameters")}
+    summary["routing_held_out_after"] = {
+        layer: {"load_entropy_ratio": round(s["load_entropy_ratio"], 4),
+                "token_expert_mutual_information": round(s["token_expert_mutual_information"], 4)}
+        for layer, s in r["routing_after"]["public_held_out"].items()}
+    json.dump(summary, sys.stdout, indent=1)
+    print(f"\nwrote {result.output_dir} (pretrain.json, routing.png, model and tokenizer)")
+    return 0

@@ -1,0 +1,13 @@
+"""raptor.pretrain: non-private pre-training of a small MoE on PUBLIC text (a warm start for DP
+fine-tuning), and the pre-trained models shipped with raptor.
+
+- :func:`pretrain` / :class:`PretrainConfig`: the loop behind ``raptor pretrain``;
+- :mod:`raptor.pretrain.corpus`: which public files are read and how they become token blocks;
+- :mod:`raptor.pretrain.lm`: masked-LM (Switch) and causal-LM (decoder families) heads;
+- :mod:`raptor.pretrain.routing`: load-balancing / z-losses and routing statistics;
+- :mod:`raptor.pretrain.shipped`: short names of the shipped pre-trained models.
+"""
+
+from raptor.pretrain.run import PretrainConfig, PretrainResult, pretrain
+
+__all__ = ["PretrainConfig", "PretrainResult", "pretrain"]

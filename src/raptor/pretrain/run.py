@@ -1,0 +1,418 @@
+"""Public pre-training of a small MoE: the loop behind ``raptor pretrain``.
+
+:func:`pretrain` takes a frozen :class:`PretrainConfig` and writes ``output_dir``:
+
+* ``config.json`` + ``model.safetensors``: the pre-trained model (``save_pretrained``; the
+  masked-LM / causal-LM head rides along and is dropped when raptor loads the directory as a
+  classifier with :func:`raptor.moe.models.load_model`); float16 storage by default, loaded back
+  as float32;
+* ``tokenizer.json`` + ``tokenizer_config.json``: the tokenizer, trained on the same public text
+  (or the one given), with a ``[MASK]`` token added for masked-token prediction;
+* ``pretrain.json``: the configuration, the public files read (with sha256), the loss curve,
+  the held-out public loss and top-1 accuracy, wall time and tokens per second, and per-layer
+  routing statistics BEFORE and AFTER pre-training on held-out public text and (``glue_dir``) on
+  each GLUE task's public slice;
+* ``routing.png``: expert load shares and routing entropy per layer, before and after;
+* ``checkpoint/state.pt``: the latest checkpoint (model, optimizer, data order, generator
+  state, curve); ``resume=True`` continues the same run exactly.
+
+Objectives: masked-token prediction for Switch (encoder only), causal LM for every decoder
+family, through the same loop. Load-balancing and z-losses are ON here (``aux_loss_coef``,
+``z_loss_coef``) because the text is public, so coupling the records of a batch costs no privacy;
+private fine-tuning switches them off (``MoEAdapter.prepare``). Router jitter and dropout stay
+off: transformers draws them from the global RNG, and every draw here comes from an explicit
+generator.
+
+Privacy: reads only the public text files in ``config.text`` (and, for the GLUE routing report
+only, the public slice of each task's training split, chosen by position with the same rule as
+``raptor train --public-size``). No private record is opened, tokenised or trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from raptor import __version__
+from raptor.errors import ConfigError
+from raptor.mechanisms import seeded_generator
+from raptor.moe.models import FAMILIES, TinySize, tiny_config
+from raptor.pretrain.corpus import pack_blocks, public_text_files, read_paragraphs, split_held_out
+from raptor.pretrain.lm import build_lm, objective
+from raptor.pretrain.objectives import causal_loss, mlm_loss
+from raptor.pretrain.routing import RouterCapture, router_losses, routing_statistics
+
+MASK_TOKEN = "[MASK]"
+DEFAULT_GLUE_TASKS = ("sst2", "mrpc", "rte", "wnli")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Everything that fixes a pre-training run (see ``raptor pretrain --help`` for each field)."""
+
+    output_dir: str
+    text: tuple[str, ...]
+    family: str = "switch_transformers"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    tokenizer: str | None = None
+    vocab_size: int = 8192
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_experts: int = 8
+    top_k: int = 2
+    expert_intermediate: int = 256
+    block_length: int = 128
+    batch_size: int = 32
+    steps: int = 2000
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    mask_prob: float = 0.15
+    aux_loss_coef: float = 0.01
+    z_loss_coef: float = 0.001
+    held_out_every: int = 50
+    eval_every: int = 250
+    eval_blocks: int = 256
+    checkpoint_every: int = 200
+    glue_dir: str | None = None
+    glue_tasks: tuple[str, ...] = DEFAULT_GLUE_TASKS
+    glue_public_size: float = 0.05
+    stats_records: int = 512
+    save_dtype: str = "float16"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError(f"--family {self.family!r} is not supported; choose one of {', '.join(FAMILIES)}")
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_experts", "top_k",
+                    "expert_intermediate", "batch_size", "steps", "eval_every", "eval_blocks",
+                    "checkpoint_every", "stats_records")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name in ("lr", "mask_prob"):
+            if not 0 < getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must lie in (0, 1), got {getattr(self, name)!r}")
+        for name in ("weight_decay", "aux_loss_coef", "z_loss_coef", "min_lr_ratio"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)!r}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"--warmup-steps must be >= 0, got {self.warmup_steps}")
+        if self.save_dtype not in ("float16", "float32"):
+            raise ConfigError(f"--save-dtype must be float16 or float32, got {self.save_dtype!r}")
+        if self.seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {self.seed}")
+
+    @property
+    def effective_top_k(self) -> int:
+        return 1 if self.family == "switch_transformers" else self.top_k
+
+
+@dataclass
+class PretrainResult:
+    output_dir: Path
+    report: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces
+# --------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_tokenizer(config: PretrainConfig, train_paragraphs: list[str]):
+    """The given tokenizer, or WordPiece trained on the public TRAIN paragraphs; plus ``[MASK]``."""
+    from raptor.data.tokenization import load_tokenizer, train_wordpiece
+
+    if config.tokenizer:
+        tokenizer = load_tokenizer(config.tokenizer)
+    else:
+        tokenizer = train_wordpiece(train_paragraphs, vocab_size=config.vocab_size)
+    if tokenizer.mask_token is None:
+        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
+    return tokenizer
+
+
+def model_config(config: PretrainConfig, tokenizer):
+    """The family's config at the requested size, batch-coupling features off in the config itself
+    (the aux / z-losses of pre-training are computed by this module, not by transformers)."""
+    size = TinySize(vocab_size=len(tokenizer), hidden_size=config.hidden_size, num_layers=config.num_layers,
+                    num_heads=config.num_heads, num_experts=config.num_experts, top_k=config.effective_top_k,
+                    expert_intermediate=config.expert_intermediate, max_positions=max(config.block_length, 128))
+    overrides = {}
+    if config.family == "switch_transformers":
+        overrides = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128)
+    cfg = tiny_config(config.family, size=size, **overrides)
+    cfg.pad_token_id = tokenizer.pad_token_id
+    return cfg
+
+
+def lr_at(config: PretrainConfig, step: int) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``min_lr_ratio * lr`` at ``steps``."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(config.steps - config.warmup_steps, 1)
+    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+class _Objective:
+    """The family's objective on a batch of blocks (masked LM or causal LM)."""
+
+    def __init__(self, config: PretrainConfig, tokenizer):
+        self.kind = objective(config.family)
+        self.mask_prob = config.mask_prob
+        self.mask_id = tokenizer.mask_token_id
+        specials = [tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id,
+                    tokenizer.unk_token_id, tokenizer.mask_token_id]
+        self.special_ids = tuple(sorted({int(s) for s in specials if s is not None}))
+        self.vocab_size = len(tokenizer)
+
+    def __call__(self, model, ids_BT: torch.Tensor, generator: torch.Generator):
+        if self.kind == "mlm":
+            return mlm_loss(model, ids_BT, mask_id=self.mask_id, vocab_size=self.vocab_size,
+                            special_ids=self.special_ids, mask_prob=self.mask_prob, generator=generator)
+        return causal_loss(model, ids_BT)
+
+
+@torch.no_grad()
+def evaluate(model, blocks_NT: torch.Tensor, objective_fn: _Objective, *, seed: int, batch_size: int) -> dict:
+    """Held-out loss and top-1 accuracy (masked positions or next tokens); the same masks every call."""
+    was = model.training
+    model.eval()
+    gen = seeded_generator(seed)
+    loss_sum, correct, count = 0.0, 0, 0
+    for start in range(0, blocks_NT.shape[0], batch_size):
+        loss, c, n = objective_fn(model, blocks_NT[start:start + batch_size], gen)
+        loss_sum += float(loss) * n
+        correct += c
+        count += n
+    model.train(was)
+    return {"loss": loss_sum / max(count, 1), "top1": correct / max(count, 1), "predictions": count}
+
+
+def glue_public_records(config: PretrainConfig, tokenizer) -> dict[str, dict[str, torch.Tensor]]:
+    """For each GLUE task: the public slice of its training split (first ``stats_records``
+    records), tokenised ``[CLS] a [SEP] (b [SEP])`` to at most 64 tokens, right-padded.
+
+    Privacy: the slice is chosen by position only (``split_public_private``, seed 0, the rule of
+    ``raptor train --public-size``); only its texts reach the model, never a private record.
+    """
+    from raptor.data import load_glue_dir, split_public_private
+
+    out = {}
+    for task in config.glue_tasks:
+        splits = load_glue_dir(config.glue_dir, task)
+        public = split_public_private(splits.train, public_size=config.glue_public_size, seed=0).public
+        n = min(config.stats_records, len(public))
+        texts = list(public.texts[:n])
+        pairs = list(public.text_pairs[:n]) if public.text_pairs is not None else None
+        enc = tokenizer(texts, pairs, truncation=True, max_length=64, padding=True, return_tensors="pt")
+        out[task] = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    return out
+
+
+def routing_report(model, held_out_NT: torch.Tensor, glue: dict, config: PretrainConfig) -> dict:
+    """Routing statistics on held-out public blocks and on each GLUE public slice."""
+    n = min(config.stats_records, held_out_NT.shape[0])
+    out = {"public_held_out": routing_statistics(model, held_out_NT[:n], torch.ones_like(held_out_NT[:n]))}
+    for task, rec in glue.items():
+        out[f"glue_{task}_public"] = routing_statistics(model, rec["input_ids"], rec["attention_mask"])
+    return out
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def save_model(model, tokenizer, config: PretrainConfig, out: Path) -> None:
+    """``save_pretrained`` (float16 or float32 storage) and the tokenizer, into ``out``."""
+    import copy
+
+    to_save = copy.deepcopy(model)
+    to_save.config.num_labels = 2
+    if config.save_dtype == "float16":
+        to_save = to_save.half()
+    to_save.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = True,
+             stop_after: int | None = None) -> PretrainResult | None:
+    """Pre-train on public text and write ``config.output_dir`` (see the module docstring).
+
+    ``stop_after`` (tests of resume) stops after that many steps of this call, right after a
+    checkpoint, without writing the final outputs, and returns ``None``.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(config.output_dir)
+    ckpt_path = out / "checkpoint" / "state.pt"
+    if resume and not ckpt_path.is_file():
+        raise ConfigError(f"--resume: {ckpt_path} does not exist; start without --resume")
+    if not resume and ckpt_path.exists():
+        raise ConfigError(f"{out} already holds a run; pass --resume to continue it or choose a new --output-dir")
+    out.mkdir(parents=True, exist_ok=True)
+    t_setup = time.perf_counter()
+
+    files = public_text_files(config.text, include=config.include, exclude=config.exclude)
+    corpus = read_paragraphs(files)
+    train_par, held_par = [], []
+    for cf in corpus:
+        tr, he = split_held_out(cf.paragraphs, every=config.held_out_every)
+        train_par.extend(tr)
+        held_par.extend(he)
+    if resume:
+        from raptor.data.tokenization import load_tokenizer
+
+        tokenizer = load_tokenizer(out)
+    else:
+        tokenizer = make_tokenizer(config, train_par)
+        tokenizer.save_pretrained(str(out))
+    train_NT = pack_blocks(tokenizer, train_par, block_length=config.block_length)
+    held_NT = pack_blocks(tokenizer, held_par, block_length=config.block_length)[: config.eval_blocks]
+    glue = glue_public_records(config, tokenizer) if config.glue_dir else {}
+    objective_fn = _Objective(config, tokenizer)
+    mcfg = model_config(config, tokenizer)
+    model = build_lm(mcfg, seeded_generator(config.seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    data_gen = seeded_generator(config.seed + 1)
+    setup_seconds = time.perf_counter() - t_setup
+
+    config_dict = asdict(config)
+    if resume:
+        state = torch.load(ckpt_path, weights_only=False)
+        if state["config"] != config_dict:
+            diff = sorted(k for k in config_dict if state["config"].get(k) != config_dict[k])
+            raise ConfigError(f"--resume: the run in {out} was started with different settings ({', '.join(diff)}); "
+                              "pass the same flags as the first run")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        data_gen.set_state(state["data_gen"])
+    else:
+        before = routing_report(model, held_NT, glue, config)
+        init_eval = evaluate(model, held_NT, objective_fn, seed=config.seed + 2, batch_size=config.batch_size)
+        state = {"config": config_dict, "step": 0, "order": None, "cursor": 0, "curve": [],
+                 "held_out_curve": [{"step": 0, **init_eval}], "train_seconds": 0.0, "tokens": 0,
+                 "routing_before": before}
+
+    model.train()
+    capture = RouterCapture(model)
+    bar = tqdm(total=config.steps, initial=state["step"], disable=not progress, unit="step",
+               desc=f"pretrain {config.family}")
+    t0 = time.perf_counter()
+    seconds_before = state["train_seconds"]
+    window: list[float] = []
+    steps_this_call = 0
+    try:
+        while state["step"] < config.steps:
+            if stop_after is not None and steps_this_call == stop_after:
+                return None
+            step = state["step"]
+            if state["order"] is None or state["cursor"] + config.batch_size > len(state["order"]):
+                state["order"] = torch.randperm(train_NT.shape[0], generator=data_gen)
+                state["cursor"] = 0
+            idx = state["order"][state["cursor"]: state["cursor"] + config.batch_size]
+            state["cursor"] += config.batch_size
+            batch = train_NT[idx]
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(config, step)
+            loss, _, _ = objective_fn(model, batch, data_gen)
+            lb, z = router_losses(capture, torch.ones_like(batch))
+            total = loss + config.aux_loss_coef * lb + config.z_loss_coef * z
+            optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            state["step"] = step + 1
+            steps_this_call += 1
+            state["tokens"] += batch.numel()
+            window.append(loss.item())
+            if state["step"] % 10 == 0 or state["step"] == config.steps:
+                state["curve"].append({"step": state["step"], "loss": sum(window) / len(window),
+                                       "load_balancing": lb.item(), "z_loss": z.item(),
+                                       "lr": lr_at(config, step)})
+                window = []
+            elapsed = seconds_before + time.perf_counter() - t0
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{state['tokens'] / max(elapsed, 1e-9):.0f}")
+            if state["step"] % config.eval_every == 0 or state["step"] == config.steps:
+                capture.close()
+                ev = evaluate(model, held_NT, objective_fn, seed=config.seed + 2, batch_size=config.batch_size)
+                capture = RouterCapture(model)
+                state["held_out_curve"].append({"step": state["step"], **ev})
+                bar.write(f"step {state['step']}: held-out loss {ev['loss']:.4f}, top-1 {ev['top1']:.4f}")
+            if state["step"] % config.checkpoint_every == 0 or state["step"] == config.steps:
+                state["train_seconds"] = seconds_before + time.perf_counter() - t0
+                _save_checkpoint(ckpt_path, {**state, "model": model.state_dict(),
+                                             "optimizer": optimizer.state_dict(),
+                                             "data_gen": data_gen.get_state()})
+    finally:
+        capture.close()
+        bar.close()
+    state["train_seconds"] = seconds_before + time.perf_counter() - t0
+
+    model.eval()
+    after = routing_report(model, held_NT, glue, config)
+    final = state["held_out_curve"][-1]
+    save_model(model, tokenizer, config, out)
+    report = {
+        "raptor_version": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "config": config_dict,
+        "objective": objective(config.family),
+        "privacy": ("public text only; load-balancing and z-losses on (public data, batch coupling costs "
+                    "nothing); router jitter and dropout off"),
+        "files": [{"name": cf.path.name, "paragraphs": len(cf.paragraphs), "words": cf.words,
+                   "sha256": _sha256(cf.path)} for cf in corpus],
+        "tokenizer": {"given": config.tokenizer, "size": len(tokenizer)},
+        "train_blocks": int(train_NT.shape[0]),
+        "train_tokens_per_epoch": int(train_NT.numel()),
+        "held_out_blocks": int(held_NT.shape[0]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": state["step"],
+        "tokens_seen": state["tokens"],
+        "epochs": state["tokens"] / max(train_NT.numel(), 1),
+        "train_seconds": state["train_seconds"],
+        "setup_seconds": setup_seconds,
+        "tokens_per_second": state["tokens"] / max(state["train_seconds"], 1e-9),
+        "loss_curve": state["curve"],
+        "held_out_curve": state["held_out_curve"],
+        "held_out_loss": final["loss"],
+        "held_out_top1": final["top1"],
+        "routing_before": state["routing_before"],
+        "routing_after": after,
+    }
+    (out / "pretrain.json").write_text(json.dumps(report, indent=1))
+    from raptor.pretrain.plot import plot_routing
+
+    png = plot_routing(report, out / "routing.png")
+    if png is None:
+        print("routing.png not written: matplotlib is missing (pip install 'raptor-dp[plot]')")
+    return PretrainResult(out, report)
