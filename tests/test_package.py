@@ -15,14 +15,16 @@ ALLOWED: dict[str, set[str]] = {
     "accounting": set(),
     "mechanisms": set(),
     "evaluation": set(),
-    "data": {"evaluation"},
+    "shipped": set(),
+    "data": {"evaluation", "shipped"},
     "roles": set(),
-    "moe": {"roles"},
+    "moe": {"roles", "shipped"},
     "per_sample": {"moe", "roles"},
+    "pretrain": {"data", "errors", "mechanisms", "moe", "roles", "shipped"},
     "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample"},
     "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
     "experiments": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
+    "cli": {"pretrain", "shipped", "accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
 }
 
 

@@ -178,12 +178,12 @@ def load_tokenizer(path_or_name: str | Path):
     - a directory written by ``save_pretrained`` (ours, or any model's): ``AutoTokenizer``;
     - a ``tokenizer.json`` file: a fast tokenizer; the BERT special tokens ``[PAD] [UNK] [CLS]
       [SEP]`` are set when its vocabulary has them;
-    - the short name of a model shipped with raptor (:mod:`raptor.pretrain.shipped`): its tokenizer;
+    - the short name of a model shipped with raptor (:mod:`raptor.shipped`): its tokenizer;
     - anything else is taken as a hub name (``google/switch-base-8``), which needs the hub.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from raptor.pretrain.shipped import resolve
+    from raptor.shipped import resolve
 
     path_or_name = resolve(path_or_name)
     path = Path(path_or_name)

@@ -122,11 +122,11 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwa
 
     The class is chosen from ``config.model_type``; ``num_labels`` resizes the head when the
     checkpoint has none of that size. ``name_or_path`` may also be the short name of a model shipped
-    with raptor (:mod:`raptor.pretrain.shipped`). Weights load as float32 unless ``dtype`` is given
+    with raptor (:mod:`raptor.shipped`). Weights load as float32 unless ``dtype`` is given
     (the shipped models are stored in float16). Raises :class:`UnsupportedModelError` for unknown
     families.
     """
-    from raptor.pretrain.shipped import resolve
+    from raptor.shipped import resolve
 
     name_or_path = resolve(name_or_path)
     kwargs.setdefault("dtype", torch.float32)

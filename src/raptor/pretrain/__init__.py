@@ -5,7 +5,7 @@ fine-tuning), and the pre-trained models shipped with raptor.
 - :mod:`raptor.pretrain.corpus`: which public files are read and how they become token blocks;
 - :mod:`raptor.pretrain.lm`: masked-LM (Switch) and causal-LM (decoder families) heads;
 - :mod:`raptor.pretrain.routing`: load-balancing / z-losses and routing statistics;
-- :mod:`raptor.pretrain.shipped`: short names of the shipped pre-trained models.
+- :mod:`raptor.shipped`: short names of the shipped pre-trained models.
 """
 
 from raptor.pretrain.run import PretrainConfig, PretrainResult, pretrain
