@@ -119,44 +119,9 @@ def peak_tensor_bytes(step: Callable[[], object]) -> int:
     it misses scratch that a kernel allocates and frees inside one op (those allocations do not pass
     the Python dispatch key), allocator slack and non-tensor memory.
     """
-    import weakref
+    from raptor.training.micro_batch import peak_tensor_bytes as measure
 
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
-
-    class _LiveBytes(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.live = 0
-            self.peak = 0
-            self.sizes: dict[int, int] = {}
-
-        def _free(self, key: int) -> None:
-            self.live -= self.sizes.pop(key, 0)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            before = {id(t.untyped_storage()) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-            out = func(*args, **kwargs)
-            for t in tree_leaves(out):
-                if not isinstance(t, torch.Tensor):
-                    continue
-                storage = t.untyped_storage()
-                key = id(storage)
-                if key in before or key in self.sizes or storage.nbytes() == 0:
-                    continue
-                self.sizes[key] = storage.nbytes()
-                self.live += storage.nbytes()
-                self.peak = max(self.peak, self.live)
-                weakref.finalize(storage, self._free, key)
-            return out
-
-    gc.collect()
-    mode = _LiveBytes()
-    with mode:
-        step()
-    return mode.peak
+    return measure(step)
 
 
 def rss_bytes() -> int:

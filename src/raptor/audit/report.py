@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import numpy as np
 
-
-def _finite(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, (np.floating, np.integer, np.bool_)):
-        return _finite(obj.item())
-    return obj
+from raptor.training.json_io import write_strict_json
 
 
 def write_json(path: Path, payload: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(payload), indent=2, allow_nan=False) + "\n")
-    return path
+    return write_strict_json(path, payload)
 
 
 def plot_scores(path: Path, panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str) -> Path:

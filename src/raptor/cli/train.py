@@ -29,13 +29,10 @@ evaluation points and the epsilon spent so far.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
-
-import torch
 
 from raptor.data.loaders import DEFAULT_PUBLIC_SIZE, DataSource
 from raptor.data.user_files import TASK_TYPES
@@ -235,7 +232,9 @@ def run(args: argparse.Namespace) -> int:
 
 def write_results(path: Path, results: dict) -> None:
     """results.json as strict JSON (non-finite floats as strings)."""
-    path.write_text(json.dumps(_finite(results), indent=2, default=_json_default, allow_nan=False) + "\n")
+    from raptor.training.json_io import write_strict_json
+
+    write_strict_json(path, results)
 
 
 def nonfinite_warning(count: int) -> str | None:
@@ -268,21 +267,5 @@ def _init_head(args, model, tokenizer) -> list[str] | None:
     return list(words)
 
 
-def _finite(obj):
-    """Strict JSON: non-finite floats (epsilon of a non-private run, infinite clip norms) become "inf"."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
-
-def _json_default(obj):
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 

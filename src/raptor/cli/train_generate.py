@@ -151,7 +151,7 @@ def _load_tokenizer(path):
 
 def run_generate(args: argparse.Namespace) -> int:
     from raptor.accounting.ledger import PrivacyLedger
-    from raptor.cli.train import _finite, _json_default, config_from_args, nonfinite_warning
+    from raptor.cli.train import config_from_args, nonfinite_warning, write_results
     from raptor.mechanisms import GeneratorSpec
     from raptor.moe.vl2.config import MODEL_TYPE
     from raptor.training.build import build_trainer
@@ -195,8 +195,7 @@ def run_generate(args: argparse.Namespace) -> int:
         "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,
     })
-    (out / "results.json").write_text(json.dumps(_finite(results), indent=2, default=_json_default,
-                                                 allow_nan=False) + "\n")
+    write_results(out / "results.json", results)
     eps = results["epsilon"]
     em = results["final_exact_match"]
     zs = f" (zero-shot {zero_shot['exact_match']:.3f})" if zero_shot else ""
