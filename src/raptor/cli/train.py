@@ -7,10 +7,17 @@ offline; ``--hf-cache DIR``), or ``--train-file/--validation-file`` (CSV/TSV/JSO
 default), or, with none, the SST-2 sample bundled with raptor. STS-B and float labels train a
 one-output regression head with squared-error loss. Each task is scored with its GLUE metrics
 (CoLA Matthews; MRPC/QQP F1 and accuracy; STS-B Pearson and Spearman; MNLI matched and
-mismatched accuracy; the others accuracy) at every evaluation point. The public corpus is ``--public-file`` or a deterministic slice of the
-training split (``--public-size``, removed from the private set); the rest of the training split
-is private. The tokenizer (for tiny families, trained on the public corpus only), the layer
-choice, the public owner shares and the per-expert clip norms come from the public corpus.
+mismatched accuracy; the others accuracy) at every evaluation point.
+
+Public data is only what you declare (:mod:`raptor.data.public_source`): ``--public-file``, the
+public corpus shipped in the ``--model`` directory, or ``--public-size K`` (K records, or a
+fraction < 1, of the training data, moved to the public side on purpose). A ``--train-file`` is
+never sliced by default; GLUE tasks and the bundled sample follow the documented benchmark
+convention (5% of the benchmark's training split is public). Without a declared source,
+``--method nonprivate`` uses its training data, a DP method that computes nothing from public
+data runs without, and any other run stops with an error naming these flags. The tokenizer (for
+tiny families, trained on the public corpus only), the layer choice, the public owner shares and
+the per-expert clip norms come from the public corpus; results.json records its source.
 
 Model: a tiny family name (``switch_transformers``, ``olmoe``, ...: random init), a local
 ``save_pretrained`` directory or a hub name.
@@ -34,7 +41,8 @@ import sys
 import time
 from pathlib import Path
 
-from raptor.data.loaders import DEFAULT_PUBLIC_SIZE, DataSource
+from raptor.data.loaders import DataSource
+from raptor.data.public_source import GLUE_PUBLIC_FRACTION
 from raptor.data.user_files import TASK_TYPES
 from raptor.errors import ConfigError
 from raptor.training.config import (
@@ -72,9 +80,14 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validation-file", default=None, help="CSV/TSV/JSONL validation file")
     parser.add_argument("--text-column", nargs="+", default=None, help="one text column, or two for pairs")
     parser.add_argument("--label-column", default="label", help="label column of --train-file (default label)")
-    parser.add_argument("--public-file", default=None, help="a separate public corpus (CSV/TSV/JSONL)")
-    parser.add_argument("--public-size", type=float, default=DEFAULT_PUBLIC_SIZE,
-                        help=f"public slice of the training split: a fraction < 1 or a count (default {DEFAULT_PUBLIC_SIZE})")
+    parser.add_argument("--public-file", default=None,
+                        help="a public corpus (CSV/TSV/JSONL with the task's columns) you may use without privacy "
+                             "(default: none; a --model directory may ship one)")
+    parser.add_argument("--public-size", type=float, default=None,
+                        help="designate a slice of the training data as public on purpose: a count, or a fraction "
+                             "< 1; those records lose DP protection (default: none for --train-file; GLUE tasks "
+                             f"and the bundled sample: the benchmark convention, {GLUE_PUBLIC_FRACTION:g} of the "
+                             "training split)")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer dir/file; default: the model's, or WordPiece trained on the public corpus")
     parser.add_argument("--vocab-size", type=int, default=_MS.vocab_size, help="WordPiece vocabulary size (tiny families)")
@@ -86,12 +99,23 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-experts", type=int, default=_MS.num_experts, help="tiny families: experts per layer")
 
 
-def data_source(args: argparse.Namespace) -> DataSource:
+def data_source(args: argparse.Namespace, config: TrainConfig | None = None) -> DataSource:
+    """The data flags as a :class:`DataSource`; with ``config`` (``raptor train``), what the run
+    needs from public data follows its method (:func:`raptor.training.public_stage.public_needs`)."""
+    extra = {}
+    if config is not None:
+        from raptor.training.methods import METHOD_SPECS
+        from raptor.training.public_stage import public_needs
+
+        trains_tokenizer = model_source(args).is_tiny and not args.tokenizer
+        extra = dict(nonprivate=config.method == "nonprivate",
+                     needs_public=public_needs(config, METHOD_SPECS[config.method], trains_tokenizer=trains_tokenizer))
     return DataSource(task=args.task, data_dir=args.data_dir, train_file=args.train_file,
                       validation_file=args.validation_file, text_columns=args.text_column,
                       label_column=args.label_column, public_file=args.public_file, public_size=args.public_size,
                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                      hf_cache=getattr(args, "hf_cache", None), task_type=getattr(args, "task_type", "auto"))
+                      hf_cache=getattr(args, "hf_cache", None), task_type=getattr(args, "task_type", "auto"),
+                      model=args.model, **extra)
 
 
 def model_source(args: argparse.Namespace) -> ModelSource:
@@ -188,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     started = time.perf_counter()
-    data = load_data(data_source(args))
+    data = load_data(data_source(args, config))
     if data.task_type == "regression" and args.head_init == "label-words":
         from raptor.training.head_init import REGRESSION_REFUSAL
 
@@ -197,10 +221,10 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
     label_words = _init_head(args, model, tokenizer)
     out = fine_tune(model, tokenizer, data.private, data.validation_sets or None, config, public=data.public,
-                    metrics=data.metrics, resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
+                    public_source=data.public_source, metrics=data.metrics, resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
     trainer, results = out.trainer, out.results
     print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
-          f"public / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
+          f"public ({data.public_source.describe()}) / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
           f"steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
           f"sigma_e={trainer.plan.sigmas['expert']}, trained layers {list(trainer.plan.trained_layers)}"
           + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]")
@@ -210,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     trainer.save(path / "checkpoint")
     results.update({
         "data": {"source": data.source, "private_records": len(data.private), "public_records": len(data.public),
-                 "public_rule": data.split.rule,
+                 "public_rule": data.split.rule, "public_source": data.public_source.to_dict(),
                  "dev_records": len(data.validation) if data.validation is not None else 0,
                  "dev_sets": {name: len(d) for name, d in data.validation_sets.items()},
                  "task_type": data.task_type, "metrics": list(data.metrics)},

@@ -193,3 +193,12 @@ def read_table(path: str | Path, *, fmt: str | None = None, columns: Sequence[st
     if fmt == "jsonl":
         return parse_jsonl(text, name)
     return parse_delimited(text, name, fmt, columns=columns)
+
+
+def read_text_lines(path: str | Path) -> tuple[str, ...]:
+    """The non-blank lines of a UTF-8 text file (one text per line), stripped; an empty file is an error."""
+    name = str(path)
+    texts = tuple(line.strip() for line in decode_utf8(read_bytes(path), name).splitlines() if line.strip())
+    if not texts:
+        raise DataError(f"{name}: no text lines; expected one text per line")
+    return texts

@@ -3,9 +3,15 @@
     result = raptor.fine_tune(model, tokenizer, train, validation, config, public=public)
 
 ``train`` / ``validation`` / ``public``: lists of dicts (``{"sentence": ..., "label": ...}``), a
-``datasets.Dataset`` or :class:`raptor.data.ClassificationData`. The public corpus must be
-declared: ``public=`` records, or ``public_size=`` (a slice of ``train``, removed from the private
-records). ``raptor train`` calls this same function.
+``datasets.Dataset`` or :class:`raptor.data.ClassificationData`. Public data is only what the
+caller declared (the rule of ``raptor train``, :mod:`raptor.data.public_source`): ``public=``
+records, or ``public_size=`` (a slice of ``train``, removed from the private records, given on
+purpose). With neither, ``train`` is never sliced: a non-private run uses its own training data
+for the routing statistics, a DP run whose method computes nothing from public data (see
+:func:`raptor.training.public_stage.public_needs`) runs without, and any other DP run is a
+:class:`~raptor.errors.ConfigError` naming what needs public data. ``raptor train`` calls this
+same function (with ``public_source=`` the source it resolved). ``results["data"]["public_source"]``
+records the source.
 
 ``validation`` may also be ``{name: rows}`` for several validation splits (MNLI: ``matched``,
 ``mismatched``); ``metrics`` names the task's metrics, main first (default: accuracy, or Pearson
@@ -23,9 +29,13 @@ from torch import nn
 
 from raptor.data import ClassificationData
 from raptor.data.loaders import from_records, public_split, to_records
+from raptor.data.public import PublicPrivateSplit
+from raptor.data.public_source import PublicSource, resolve_public_source
 from raptor.errors import ConfigError
 from raptor.training.build import build_trainer
 from raptor.training.config import TrainConfig
+from raptor.training.methods import METHOD_SPECS
+from raptor.training.public_stage import check_labelled, public_needs
 from raptor.training.trainer import Trainer
 
 Rows = Iterable[Mapping] | ClassificationData
@@ -44,11 +54,14 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
               config: TrainConfig | None = None, *, public: Rows | None = None, public_size: float | None = None,
               text_columns: Sequence[str] | None = None, label_column: str = "label",
               metrics: Sequence[str] | None = None, task_type: str = "auto",
-              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0) -> FineTuneResult:
+              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0,
+              public_source: PublicSource | None = None) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE classifier of a supported family) with ``config.method``.
 
     ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). ``resume``
-    continues a checkpoint of the same run and ledger. Returns a :class:`FineTuneResult`.
+    continues a checkpoint of the same run and ledger. ``public_source``: the source ``public``
+    came from when the caller already separated it from ``train`` (``raptor train``); ``public``
+    is then used as is (possibly empty, for kind ``none``). Returns a :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
     from raptor.training.evaluator import Evaluator
@@ -65,8 +78,21 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         return from_records(data, text_columns=text_columns, label_column=label_column, source=source,
                             label_names=private.label_names if kind == "classification" else None, task_type=kind)
 
-    public_data = None if public is None else rows(public, "public")
-    split = public_split(private, public=public_data, public_size=public_size)
+    spec = METHOD_SPECS[config.method]
+    if public_source is None:
+        if public is not None and public_size is not None:
+            raise ConfigError("give either public= records or public_size=, not both")
+        public_source = resolve_public_source(
+            public_file="(public= records)" if public is not None else None, public_size=public_size,
+            user_data=True, nonprivate=config.method == "nonprivate", needs=public_needs(config, spec))
+        public_data = None if public is None else rows(public, "public")
+        split = public_split(private, public_source, public=public_data)
+    else:
+        if public is None:
+            raise ConfigError(f"public_source={public_source.kind} needs the public records it designated (public=)")
+        split = PublicPrivateSplit(public=rows(public, "public"), private=private, public_indices=None,
+                                   private_indices=tuple(range(len(private))), rule=public_source.describe())
+    check_labelled(public_source.labelled, config, spec)
     named = {} if validation is None else dict(validation) if _is_named(validation) else {"dev": validation}
     devs = {name: rows(data, f"validation {name}") for name, data in named.items()}
     if config.batch_size >= len(split.private):
@@ -85,7 +111,8 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         trainer.resume(resume, PrivacyLedger.from_dict)
     results = trainer.fit(progress=progress, checkpoint_every=checkpoint_every)
     results["data"] = {"private_records": len(split.private), "public_records": len(split.public),
-                       "public_rule": split.rule, "dev_records": len(next(iter(devs.values()), ())),
+                       "public_rule": split.rule, "public_source": public_source.to_dict(),
+                       "dev_records": len(next(iter(devs.values()), ())),
                        "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
     return FineTuneResult(model=trainer.model, trainer=trainer, results=results)
 
