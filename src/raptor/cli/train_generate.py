@@ -186,6 +186,10 @@ def run_generate(args: argparse.Namespace) -> int:
     vl2 = _model_type(args.model) == MODEL_TYPE
     loader = load_vqa_run if vl2 else load_text_run
     model, tokenizer, train, public, val, evaluation, data_info = loader(args, init)
+    if args.batch_size is None:
+        from raptor.cli.train import default_batch_size
+
+        config = dataclasses.replace(config, batch_size=default_batch_size(data_info["private_records"]))
     if config.batch_size >= data_info["private_records"]:
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {data_info['private_records']} "
                           "private records")

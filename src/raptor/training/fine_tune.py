@@ -31,7 +31,7 @@ from raptor.data import ClassificationData
 from raptor.data.loaders import from_records, public_split, to_records
 from raptor.data.public import PublicPrivateSplit
 from raptor.data.public_source import PublicSource, resolve_public_source
-from raptor.errors import ConfigError
+from raptor.errors import BudgetExceededError, ConfigError
 from raptor.training.build import build_trainer
 from raptor.training.config import TrainConfig
 from raptor.training.methods import METHOD_SPECS
@@ -48,6 +48,7 @@ class FineTuneResult:
     model: nn.Module
     trainer: Trainer
     results: dict
+    tokenizer: object = None  # the run's tokenizer (on resume: the checkpoint's)
 
 
 def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None = None,
@@ -55,13 +56,23 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
               text_columns: Sequence[str] | None = None, label_column: str = "label",
               metrics: Sequence[str] | None = None, task_type: str = "auto",
               resume: str | None = None, progress: bool = True, checkpoint_every: int = 0,
-              public_source: PublicSource | None = None) -> FineTuneResult:
+              checkpoint_start: bool = False, public_source: PublicSource | None = None,
+              model_name: str | None = None) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE classifier of a supported family) with ``config.method``.
 
-    ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). ``resume``
-    continues a checkpoint of the same run and ledger. ``public_source``: the source ``public``
-    came from when the caller already separated it from ``train`` (``raptor train``); ``public``
-    is then used as is (possibly empty, for kind ``none``). Returns a :class:`FineTuneResult`.
+    ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). Checkpoints
+    (``config.output_path / "checkpoint"``, every ``checkpoint_every`` steps and, with
+    ``checkpoint_start``, before the first update) hold everything needed to continue the same
+    run: the weights that are not in the base checkpoint ``model_name`` (a ``save_pretrained``
+    directory; a tiny family or ``None``: all weights), the tokenizer, the plan and public
+    statistics, the ledger, the optimizers and the generator states, and a fingerprint of the
+    config and data. ``resume`` continues such a checkpoint: a changed config or data set is a
+    :class:`ConfigError` listing what changed, and the run's initial weights and tokenizer are
+    taken from the checkpoint (nothing is redrawn). ``public_source``: the source ``public`` came
+    from when the caller already separated it from ``train`` (``raptor train``); ``public`` is
+    then used as is (possibly empty, for kind ``none``). A step that would exceed the budget saves
+    a checkpoint (when checkpointing is on) and raises :class:`~raptor.errors.BudgetExceededError`
+    whose ``partial`` attribute is the :class:`FineTuneResult` so far. Returns a :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
     from raptor.training.evaluator import Evaluator
@@ -97,6 +108,16 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     devs = {name: rows(data, f"validation {name}") for name, data in named.items()}
     if config.batch_size >= len(split.private):
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(split.private)} private records")
+    from raptor.training.final_model import base_weights, initial_weights_writer, load_initial_weights
+    from raptor.training.run_checks import check_resumable, fingerprint
+
+    fp = fingerprint(config.to_dict(), model=model_name or type(model).__name__, train=split.private,
+                     public=split.public, validation=devs, label_names=private.label_names,
+                     public_source=public_source.to_dict())
+    if resume:  # same run? then its own initial weights and tokenizer: nothing is redrawn or retrained
+        check_resumable(resume, fp)
+        model, tokenizer = load_initial_weights(resume, model)
+    initial = initial_weights_writer(model, tokenizer, base_weights(model_name))
     records = {name: to_records(tokenizer, data, config.max_length)
                for name, data in (("train", split.private), ("public", split.public))}
     dev_records = {name: to_records(tokenizer, data, config.max_length) for name, data in devs.items()}
@@ -105,16 +126,24 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         if dev_records else None
     trainer = build_trainer(config, model, train=records["train"], validation=next(iter(dev_records.values()), None),
                             public=records["public"], evaluator=evaluator)
+    trainer.artifacts, trainer.fingerprint = initial, fp
     if resume:
         from raptor.accounting.ledger import PrivacyLedger
 
         trainer.resume(resume, PrivacyLedger.from_dict)
-    results = trainer.fit(progress=progress, checkpoint_every=checkpoint_every)
-    results["data"] = {"private_records": len(split.private), "public_records": len(split.public),
-                       "public_rule": split.rule, "public_source": public_source.to_dict(),
-                       "dev_records": len(next(iter(devs.values()), ())),
-                       "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
-    return FineTuneResult(model=trainer.model, trainer=trainer, results=results)
+    data = {"private_records": len(split.private), "public_records": len(split.public),
+            "public_rule": split.rule, "public_source": public_source.to_dict(),
+            "dev_records": len(next(iter(devs.values()), ())),
+            "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
+    label_map = {str(i): name for i, name in enumerate(private.label_names)}
+    try:
+        results = trainer.fit(progress=progress, checkpoint_every=checkpoint_every, checkpoint_start=checkpoint_start)
+    except BudgetExceededError as err:
+        err.results.update(data=data, label_map=label_map, stopped_by_budget=str(err))
+        err.partial = FineTuneResult(model=trainer.model, trainer=trainer, results=err.results, tokenizer=tokenizer)
+        raise
+    results.update(data=data, label_map=label_map)
+    return FineTuneResult(model=trainer.model, trainer=trainer, results=results, tokenizer=tokenizer)
 
 
 def _is_named(validation) -> bool:
