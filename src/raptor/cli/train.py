@@ -41,7 +41,6 @@ import sys
 import time
 from pathlib import Path
 
-from raptor.data.loaders import DataSource
 from raptor.data.public_source import GLUE_PUBLIC_FRACTION
 from raptor.data.user_files import TASK_TYPES
 from raptor.errors import ConfigError
@@ -118,9 +117,12 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-experts", type=int, default=_MS.num_experts, help=f"tiny families: experts per layer (default {_MS.num_experts})")
 
 
-def data_source(args: argparse.Namespace, config: TrainConfig | None = None) -> DataSource:
-    """The data flags as a :class:`DataSource`; with ``config`` (``raptor train``), what the run
-    needs from public data follows its method (:func:`raptor.training.public_stage.public_needs`)."""
+def data_source(args: argparse.Namespace, config: TrainConfig | None = None):
+    """The data flags as a :class:`raptor.data.loaders.DataSource`; with ``config`` (``raptor
+    train``), what the run needs from public data follows its method
+    (:func:`raptor.training.public_stage.public_needs`)."""
+    from raptor.data.loaders import DataSource
+
     extra = {}
     if config is not None:
         from raptor.training.methods import METHOD_SPECS
@@ -332,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
           + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]")
           + f"\nrandomness: {trainer.randomness}")
     trainer.save(path / "checkpoint")
-    save_final_model(path / "model", trainer.model, out.tokenizer, data.private.label_names)
+    save_final_model(path / "model", trainer.model, out.tokenizer, data.private.label_names, config.max_length)
     results.update({
         "data": {"source": data.source, "private_records": len(data.private), "public_records": len(data.public),
                  "public_rule": data.split.rule, "public_source": data.public_source.to_dict(),

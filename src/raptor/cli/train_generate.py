@@ -43,10 +43,12 @@ import math
 import sys
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from raptor.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:

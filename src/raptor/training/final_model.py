@@ -84,9 +84,11 @@ def load_initial_weights(checkpoint: str | Path, model: nn.Module):
     return model, load_tokenizer(path / TOKENIZER)
 
 
-def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names: Sequence[str]) -> Path:
+def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names: Sequence[str],
+                     max_length: int | None = None) -> Path:
     """Write ``path`` (replacing it): ``save_pretrained`` weights and config with the label map,
-    the tokenizer, and ``raptor_labels.json``. PEFT adapters are merged into a copy first."""
+    the tokenizer, and ``raptor_labels.json`` (label names, and the run's ``max_length``, which
+    ``raptor predict`` uses by default). PEFT adapters are merged into a copy first."""
     import copy
 
     path = Path(path)
@@ -100,11 +102,22 @@ def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names:
     final.config.label2id = {str(n): i for i, n in enumerate(label_names)}
     final.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    (tmp / LABELS).write_text(json.dumps({"label_names": [str(n) for n in label_names]}, indent=2) + "\n")
+    (tmp / LABELS).write_text(json.dumps({"label_names": [str(n) for n in label_names], "max_length": max_length},
+                                         indent=2) + "\n")
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
     return path
+
+
+def read_max_length(path: str | Path) -> int | None:
+    """The ``max_length`` saved by :func:`save_final_model` (None if not saved)."""
+    file = Path(path) / LABELS
+    try:
+        value = json.loads(file.read_text()).get("max_length")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None
 
 
 def read_label_names(path: str | Path) -> list[str]:
