@@ -88,8 +88,10 @@ def test_tokenizer_without_pad(tokenizer, data):
 def test_huge_records_are_cut_to_a_bounded_prefix_with_the_same_tokens(tokenizer, pair, max_length):
     """A very long text (a 20 MB JSONL record) is tokenized only up to a bounded prefix, and the
     result equals the slow path that tokenizes the whole text (encode_batch)."""
-    long_a = "bleak ,  desperate and   very long journey " * 400  # ~17k characters, runs of spaces
-    long_b = "x" * 5000 + " the film is slow" * 1500  # a first 'word' longer than any token
+    # Long enough to be cut (> 32 characters per kept token), short enough for the slow reference:
+    # the tokenizers library's pair truncation takes memory quadratic in the length of a text.
+    long_a = "bleak ,  desperate and   very long journey " * 50  # ~2k characters, runs of spaces
+    long_b = "x" * 600 + " the film is slow" * 150  # a first 'word' longer than any token
     texts = (long_a, "ok", long_b, "a charming journey")
     pairs = (long_b, long_a, "no", "is it good ?") if pair else None
     data = ClassificationData(texts, (0, 1, 1, 0), ("neg", "pos"), pairs, source="mem")

@@ -115,3 +115,30 @@ def test_a_budget_stop_saves_the_checkpoint_results_and_model_first(files, tmp_p
     assert res["steps"] == 1 and "exceed" in res["stopped_by_budget"]
     assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 1
     assert (out / "model" / "config.json").is_file()
+
+
+def test_every_train_flag_shows_its_default():
+    import argparse
+
+    from raptor.cli.train import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    missing = [a.option_strings for a in parser._actions if a.dest != "help" and "default" not in (a.help or "")]
+    assert not missing
+
+
+def test_help_and_argument_errors_import_no_heavy_module():
+    """``raptor --help``, ``raptor train --help`` and an argument error parse without importing
+    torch, transformers or dp_accounting (issue 15 item 11; the time is measured in the report)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom raptor.cli.main import main\n"
+            "for argv in (['--help'], ['train', '--help'], ['train', '--epsilon', 'x']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'dp_accounting', 'tokenizers', 'datasets') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**__import__("os").environ, "PYTHONPATH": __import__("os").pathsep.join(sys.path)})
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

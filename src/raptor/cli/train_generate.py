@@ -53,15 +53,15 @@ if TYPE_CHECKING:
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("generative objective (--objective generate)")
-    group.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders)")
-    group.add_argument("--answer-field", default="answer", help="JSONL answer field")
-    group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2)")
-    group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2)")
+    group.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders) (default prompt)")
+    group.add_argument("--answer-field", default="answer", help="JSONL answer field (default answer)")
+    group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2) (default image)")
+    group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2) (default question)")
     group.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
-    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16)")
+    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16) (default 8)")
     group.add_argument("--freeze-shared-experts", action="store_true",
                        help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
-                            "training them in the shared group")
+                            "training them in the shared group (default off)")
 
 
 def _model_type(model: str) -> str | None:
