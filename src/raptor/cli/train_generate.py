@@ -26,7 +26,7 @@ as ``zero_shot`` in results.json) and at every evaluation point.
 The reference's DeepSeek-VL2 settings (RAPTOR paper): epsilon 8, delta 1e-5, shared ratio 0.9,
 alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
 
-    raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl \\
+    raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl --public-file public_vqa.jsonl \\
         --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
     raptor train ... --method dp-lora --lora-rank 16 --epsilon 8 --delta 1e-5
 
