@@ -70,9 +70,11 @@ def train_in_process(flags: list[str]) -> dict:
     args = parser.parse_args(flags)
     config = config_from_args(args)
     data = _data(data_source(args))
+    config = config_from_args(args, len(data.private))  # --batch-size default: N/10
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
-    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public, progress=False)
+    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
+                    public_source=data.public_source, progress=False)
     results = dict(out.results, model=args.model,
                    num_trainable_parameters=sum(p.numel() for p in out.trainer.params.values()))
     config.output_path.mkdir(parents=True, exist_ok=True)

@@ -29,3 +29,15 @@ class BudgetExceededError(PrivacyError):
 
 class InfeasibleTargetError(ConfigError):
     """No noise level reaches the requested (epsilon, delta) under the given plan."""
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint is missing, truncated, corrupt or belongs to another run."""
+
+
+class RaptorWarning(UserWarning):
+    """Something the user should know about that does not stop the run (the CLI prints it on one line)."""
+
+
+class DataWarning(RaptorWarning):
+    """Input data is usable but suspicious (e.g. empty texts)."""

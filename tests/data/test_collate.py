@@ -81,3 +81,35 @@ def test_tokenizer_without_pad(tokenizer, data):
     nopad.pad_token = None
     with pytest.raises(ConfigError, match="no pad token"):
         encode(nopad, data, max_length=16)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+@pytest.mark.parametrize("max_length", [8, 16])
+def test_huge_records_are_cut_to_a_bounded_prefix_with_the_same_tokens(tokenizer, pair, max_length):
+    """A very long text (a 20 MB JSONL record) is tokenized only up to a bounded prefix, and the
+    result equals the slow path that tokenizes the whole text (encode_batch)."""
+    # Long enough to be cut (> 32 characters per kept token), short enough for the slow reference:
+    # the tokenizers library's pair truncation takes memory quadratic in the length of a text.
+    long_a = "bleak ,  desperate and   very long journey " * 50  # ~2k characters, runs of spaces
+    long_b = "x" * 600 + " the film is slow" * 150  # a first 'word' longer than any token
+    texts = (long_a, "ok", long_b, "a charming journey")
+    pairs = (long_b, long_a, "no", "is it good ?") if pair else None
+    data = ClassificationData(texts, (0, 1, 1, 0), ("neg", "pos"), pairs, source="mem")
+    seen = []
+
+    class Spy:
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+        def __call__(self, text, text_pair=None, **kw):
+            for t in ([text] if isinstance(text, str) else text) + ([] if text_pair is None else list(text_pair)):
+                seen.append(len(t))
+            return self.tok(text, text_pair, **kw)
+
+    fast = collate(encode(Spy(tokenizer), data, max_length=max_length), range(4))
+    slow = encode_batch(tokenizer, data, range(4), max_length=max_length)
+    assert all(torch.equal(fast[k], slow[k]) for k in fast)
+    assert max(seen) < min(len(long_a), len(long_b))  # never a whole long text

@@ -221,7 +221,7 @@ def test_many_integer_values_infer_regression_few_stay_classes(write):
     splits = load_user_files(few)  # star ratings 1..5: classes
     assert splits.task_type == "classification" and splits.train.label_names == ("1", "2", "3", "4", "5")
     binary = write("binary.csv", "sentence,label\na,1.0\nb,0.0\n")  # whole floats: classes
-    assert load_user_files(binary).train.label_names == ("0.0", "1.0")
+    assert load_user_files(binary).train.label_names == ("0", "1")  # normalised: 1.0 is the class 1
 
 
 def test_task_type_forces_regression_or_classification(write):
@@ -276,3 +276,56 @@ def test_wrong_field_count_csv(write):
     train = write("train.csv", "sentence,label\na,0\nb,1,extra\n")
     with pytest.raises(DataError, match=r"train.csv: line 3: expected 2 comma-separated fields"):
         load_user_files(train)
+
+
+# --------------------------------------------------------------------------------------------
+# Input normalisation (issue 15 item 6)
+# --------------------------------------------------------------------------------------------
+
+
+def test_numeric_labels_are_normalised_not_split_into_classes(write):
+    train = write("train.tsv", "sentence\tlabel\na\t1\nb\t1.0\nc\t0\nd\t+1\ne\t0.0\n")
+    dev = write("dev.tsv", "sentence\tlabel\nx\t1.0\n")
+    splits = load_user_files(train, dev)
+    assert splits.train.label_names == ("0", "1") and splits.train.labels == (1, 1, 0, 1, 0)
+    assert splits.validation.labels == (1,)
+    js = write("t.jsonl", jsonl({"sentence": "a", "label": 1}, {"sentence": "b", "label": 1.0},
+                                {"sentence": "c", "label": 0}))
+    assert load_user_files(js).train.label_names == ("0", "1")
+
+
+@pytest.mark.parametrize("bad", ["nan", "NaN", "inf", "-inf"])
+def test_nan_and_infinite_labels_are_rejected_with_the_line(write, bad):
+    train = write("train.tsv", f"sentence\tlabel\na\t1\nb\t0\nc\t{bad}\n")
+    with pytest.raises(DataError, match=rf"line 4: label '{bad}' in column 'label' is not a number"):
+        load_user_files(train)
+    with pytest.raises(DataError, match="line 4"):
+        load_user_files(train, task_type="regression")
+
+
+def test_a_csv_field_over_128_kb_is_accepted(write):
+    big = "word " * 60_000  # 300 KB, one valid field
+    train = write("train.csv", f'sentence,label\n"{big}",1\nshort,0\n')
+    splits = load_user_files(train)
+    assert splits.train.texts[0] == big and splits.train.labels == (1, 0)
+
+
+def test_a_directory_given_as_a_file_has_its_own_message(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t1\n")
+    with pytest.raises(DataError, match=r"is a directory, not a file; give a CSV/TSV/JSONL file such as .*train\.tsv"):
+        load_user_files(tmp_path)
+
+
+def test_utf16_is_named(write):
+    train = write("train.tsv", "sentence\tlabel\na\t1\nb\t0\n".encode("utf-16"))
+    with pytest.raises(DataError, match="looks like UTF-16.*iconv -f utf-16"):
+        load_user_files(train)
+
+
+def test_empty_texts_get_a_warning_with_a_count(write):
+    from raptor.errors import DataWarning
+
+    train = write("train.tsv", "sentence\tlabel\na\t1\n \t0\nb\t0\n\t1\n")
+    with pytest.warns(DataWarning, match=r"2 of 4 records have an empty text in column\(s\) 'sentence' \(lines 3, 5\)"):
+        splits = load_user_files(train)
+    assert len(splits.train) == 4

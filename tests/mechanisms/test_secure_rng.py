@@ -103,6 +103,21 @@ def test_trainer_uses_the_secure_stream_by_default_and_labels_seeded_runs(tmp_pa
     secure.run_steps(1)
     assert "secure" in secure.results()["randomness"]
     secure.save(tmp_path / "ck")
-    assert not (tmp_path / "ck" / "rng.pt").exists()
+    assert not (tmp_path / "ck" / "rng.pt").exists()  # the final checkpoint of a secure run
     seeded = _trainer(toy_records(40), steps=1, secure=False)
     assert "NOT secure" in seeded.results()["randomness"]
+
+
+def test_aes_ctr_state_continues_the_same_stream():
+    """get_state/set_state (for a run's own mid-run checkpoints) continue the stream exactly, at
+    any byte position, including inside a 16-byte AES block."""
+    g = AesCtrGenerator()
+    g.random_words(3)  # 24 bytes: half-way through a block
+    state = g.get_state()
+    expected = (g.gaussian((5,), 1.0), g.random_words(7), g.uniform(3))
+    h = AesCtrGenerator()
+    h.set_state(state)
+    assert torch.equal(expected[0], h.gaussian((5,), 1.0)) and torch.equal(expected[1], h.random_words(7))
+    assert torch.equal(expected[2], h.uniform(3))
+    with pytest.raises(ConfigError, match="56 bytes"):
+        h.set_state(torch.zeros(3, dtype=torch.uint8))

@@ -123,6 +123,28 @@ def test_nonfinite_record_is_zeroed_and_counted(family, inf_clip):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_every_record_nonfinite_gives_zero_sums(family, inf_clip):
+    """A micro-batch whose records are ALL non-finite (e.g. after lr >= 1e3) is zeroed and counted,
+    never a crash (it used to raise 'cannot reshape tensor of 0 elements')."""
+    model = tiny(family)
+    engine = PerRecordEngine(model, trained_layers=[1], grouping="roles")
+    batch = batch_for(model, batch_size=3)
+
+    def poison(module, args, output):
+        return torch.full_like(output, float("nan"))
+
+    handle = model.get_submodule(engine.layers[0].name).register_forward_hook(poison)
+    try:
+        res = engine.compute(batch, {k: 1.0 for k in engine.group_keys})
+    finally:
+        handle.remove()
+    assert res.num_nonfinite == 3 and bool(res.nonfinite_B.all())
+    for name, value in res.clipped_sums.items():
+        assert value.shape == engine.group_map.params[name].shape, name
+        assert bool((value == 0).all()), name
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_aux_policy_is_what_runs(family):
     """Aux losses off, no router logits, and the engine's loss is plain per-record cross-entropy."""
     model = tiny(family)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -50,10 +52,10 @@ def test_round_trip_seeded(tmp_path):
     assert all(torch.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]) for k in s1)
 
 
-def test_secure_run_does_not_save_rng_state(tmp_path):
+def test_final_checkpoint_of_secure_run_drops_rng_state(tmp_path):
     model, opt = _setup()
     save_checkpoint(tmp_path / "ck", model=model, optimizers={"s": opt}, ledger={}, generators={"noise": seeded_generator(1)},
-                    secure_rng=True, step=1, config={})
+                    secure_rng=True, step=1, config={}, save_rng=False)
     assert not (tmp_path / "ck" / "rng.pt").exists()
     assert read_state(tmp_path / "ck")["rng_saved"] is False
     gen = seeded_generator(4)
@@ -74,3 +76,117 @@ def test_overwrite_and_mismatch_errors(tmp_path):
         load_checkpoint(tmp_path / "ck", model=other, optimizers={"s": opt}, generators={})
     with pytest.raises(ConfigError, match="no state.json"):
         read_state(tmp_path)
+
+
+# ---------------------------------------------------------------------------- faults (issue 15, item 4)
+def _saved(tmp_path, **kw):
+    model, opt = _setup()
+    from raptor.accounting.ledger import PrivacyLedger
+
+    ledger = PrivacyLedger()
+    ledger.record(0.01, 1.1, 3)
+    save_checkpoint(tmp_path / "ck", model=model, optimizers={"s": opt}, ledger=ledger.to_dict(),
+                    generators={"noise": seeded_generator(1)}, secure_rng=False, step=3, config={}, **kw)
+    return model, opt, PrivacyLedger.from_dict
+
+
+def _load(tmp_path, model, opt, from_dict):
+    return load_checkpoint(tmp_path / "ck", model=model, optimizers={"s": opt}, generators={"noise": seeded_generator(2)},
+                           ledger_from_dict=from_dict)
+
+
+def _rehash(ck, name):
+    """Record the current digest of ``name`` in state.json, so the PARSER of that file meets the damage."""
+    import hashlib
+    import json
+
+    state = json.loads((ck / "state.json").read_text())
+    state["files"][name] = hashlib.sha256((ck / name).read_bytes()).hexdigest()
+    (ck / "state.json").write_text(json.dumps(state))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizers.pt", "rng.pt"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+@pytest.mark.parametrize("rehash", [False, True])
+def test_damaged_file_is_named(tmp_path, name, damage, rehash):
+    from raptor.errors import CheckpointError
+
+    model, opt, from_dict = _saved(tmp_path)
+    file = tmp_path / "ck" / name
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"\x00garbage" * 20)
+    if rehash:
+        _rehash(tmp_path / "ck", name)
+    with pytest.raises(CheckpointError, match=name.replace(".", r"\.")):
+        _load(tmp_path, model, opt, from_dict)
+
+
+@pytest.mark.parametrize("text,match", [("{\"format\": \"raptor-check", "invalid JSON"), ("[1, 2]", "JSON object"),
+                                        ("{\"format\": \"raptor-checkpoint/2\"}", "field 'step'")])
+def test_corrupt_state_json_is_named(tmp_path, text, match):
+    from raptor.errors import CheckpointError
+
+    model, opt, from_dict = _saved(tmp_path)
+    (tmp_path / "ck" / "state.json").write_text(text)
+    with pytest.raises(CheckpointError, match=f"state.json.*{match}"):
+        _load(tmp_path, model, opt, from_dict)
+
+
+@pytest.mark.parametrize("ledger", [{"format": "nope"}, {"format": "raptor-ledger/1", "executed": [{"q": 1}]}, []])
+def test_invalid_ledger_names_the_file(tmp_path, ledger):
+    import json
+
+    from raptor.errors import CheckpointError
+
+    model, opt, from_dict = _saved(tmp_path)
+    state = json.loads((tmp_path / "ck" / "state.json").read_text())
+    if isinstance(ledger, dict) and ledger.get("format") == "raptor-ledger/1":
+        ledger = dict(state["ledger"], executed=ledger["executed"])
+    state["ledger"] = ledger
+    (tmp_path / "ck" / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="state.json"):
+        _load(tmp_path, model, opt, from_dict)
+
+
+def test_kill_between_the_renames_leaves_the_previous_checkpoint(tmp_path):
+    model, opt, from_dict = _saved(tmp_path)
+    (tmp_path / "ck").rename(tmp_path / "ck.old")  # the moment between the two renames
+    (tmp_path / "ck.tmp").mkdir()  # a half-written new one
+    state = _load(tmp_path, model, opt, from_dict)
+    assert state["step"] == 3 and state["path"].endswith("ck.old")
+
+
+def test_sigkill_during_writes_leaves_a_loadable_checkpoint(tmp_path):
+    """A child process rewrites a checkpoint in a loop and is killed with SIGKILL at a random time;
+    the directory it leaves always loads (the new or the previous checkpoint)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import torch, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_checkpoint import _setup
+from raptor.training.checkpoint import save_checkpoint
+from raptor.mechanisms import seeded_generator
+model, opt = _setup()
+step = 0
+while True:
+    step += 1
+    save_checkpoint({str(tmp_path / 'ck')!r}, model=model, optimizers={{'s': opt}}, ledger={{}},
+                    generators={{'noise': seeded_generator(1)}}, secure_rng=False, step=step, config={{}})
+    print(step, flush=True)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for delay in (0.05, 0.13, 0.31):
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip()  # at least one checkpoint exists
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        model, opt = _setup()
+        state = load_checkpoint(tmp_path / "ck", model=model, optimizers={"s": opt},
+                                generators={"noise": seeded_generator(2)})
+        assert state["step"] >= 1

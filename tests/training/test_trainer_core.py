@@ -214,15 +214,19 @@ def test_denominator_rescales_sgd_updates_but_barely_adamw():
         torch.testing.assert_close(pub[e], uni[e], rtol=1e-3, atol=1e-6)
 
 
-def test_secure_mode_runs_and_keeps_generator_state_out_of_checkpoints(tmp_path):
+def test_secure_mode_resumes_exactly_and_drops_generator_state_when_done(tmp_path):
     a, b = _trainer(toy_records(40), steps=2, secure=True), _trainer(toy_records(40), steps=2, secure=True)
     assert a.config.seed is None and a.config.privacy.secure_rng
     a.run_steps(1)
     b.run_steps(1)
-    assert any(not torch.equal(p, b.params[n]) for n, p in a.params.items())  # independent OS-seeded noise
+    assert any(not torch.equal(p, b.params[n]) for n, p in a.params.items())  # independent secure streams
     a.save(tmp_path / "ck")
-    assert not (tmp_path / "ck" / "rng.pt").exists()
+    assert (tmp_path / "ck" / "rng.pt").exists()  # mid-run: the stream's state, so the run continues exactly
     c = _trainer(toy_records(40), steps=2, secure=True)
     c.resume(tmp_path / "ck", ListLedger.from_dict)
     assert c.state.step == 1 and len(c.ledger) == 1
+    a.run_steps(1)
     c.run_steps(1)
+    assert all(torch.equal(p, c.params[n]) for n, p in a.params.items())  # the same run, bit for bit
+    c.save(tmp_path / "final")
+    assert not (tmp_path / "final" / "rng.pt").exists()  # a finished secure run keeps no generator state

@@ -8,23 +8,30 @@
 
 This package imports no torch (tested).
 """
+import importlib
 
-from raptor.accounting.accountants import (
-    COARSE_DISCRETIZATION_INTERVAL,
-    VALUE_DISCRETIZATION_INTERVAL,
-    delta_of,
-    epsilon_of,
-)
-from raptor.accounting.events import EventRun, canonical_counts, composed_event, subsampled_gaussian_event
-from raptor.accounting.ledger import PrivacyLedger
-from raptor.accounting.planning import SIGMA_MAX, SIGMA_MIN, BudgetPlan, default_delta, plan_budget
-from raptor.accounting.rules import (
-    alternating_phase,
-    joint_noise_multiplier,
-    phase_counts,
-    split_noise_multiplier,
-    step_noise_multiplier,
-)
+#: exported name -> the module that defines it (imported on first use: PEP 562)
+_EXPORTS: dict[str, str] = {
+    "COARSE_DISCRETIZATION_INTERVAL": "raptor.accounting.accountants",
+    "VALUE_DISCRETIZATION_INTERVAL": "raptor.accounting.accountants",
+    "delta_of": "raptor.accounting.accountants",
+    "epsilon_of": "raptor.accounting.accountants",
+    "EventRun": "raptor.accounting.events",
+    "canonical_counts": "raptor.accounting.events",
+    "composed_event": "raptor.accounting.events",
+    "subsampled_gaussian_event": "raptor.accounting.events",
+    "PrivacyLedger": "raptor.accounting.ledger",
+    "SIGMA_MAX": "raptor.accounting.planning",
+    "SIGMA_MIN": "raptor.accounting.planning",
+    "BudgetPlan": "raptor.accounting.planning",
+    "default_delta": "raptor.accounting.planning",
+    "plan_budget": "raptor.accounting.planning",
+    "alternating_phase": "raptor.accounting.rules",
+    "joint_noise_multiplier": "raptor.accounting.rules",
+    "phase_counts": "raptor.accounting.rules",
+    "split_noise_multiplier": "raptor.accounting.rules",
+    "step_noise_multiplier": "raptor.accounting.rules",
+}
 
 __all__ = [
     "COARSE_DISCRETIZATION_INTERVAL",
@@ -47,3 +54,18 @@ __all__ = [
     "step_noise_multiplier",
     "subsampled_gaussian_event",
 ]
+
+
+def __getattr__(name: str):
+    """Import the defining module on first use, so that ``import raptor.<pkg>.<module>`` (and
+    ``raptor --help``) does not import every heavy dependency of the package."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import dp_accounting
+if TYPE_CHECKING:  # imported where used: ``raptor --help`` and argument errors need no dp_accounting
+    import dp_accounting
 
 from raptor.errors import ConfigError
 
@@ -140,12 +141,16 @@ def subsampled_gaussian_event(sample_rate: float, noise_multiplier: float, count
     q = check_sample_rate(sample_rate)
     sigma = check_noise_multiplier(noise_multiplier)
     check_count(count)
+    import dp_accounting
+
     one = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
     return dp_accounting.SelfComposedDpEvent(one, count)
 
 
 def composed_event(runs: list[EventRun] | tuple[EventRun, ...]) -> dp_accounting.DpEvent:
     """Heterogeneous phases composed one after another: ``ComposedDpEvent`` of the runs, in order."""
+    import dp_accounting
+
     return dp_accounting.ComposedDpEvent([r.to_dp_event() for r in runs])
 
 

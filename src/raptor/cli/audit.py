@@ -56,7 +56,8 @@ def load_run_inputs(cfg):
     args = parser.parse_args(["--method", cfg.method, "--epsilon", str(cfg.epsilon), "--output-dir", cfg.output_dir,
                               "--no-progress", *cfg.train_args])
     config = train_cli.config_from_args(args)
-    data = load_data(train_cli.data_source(args))
+    data = load_data(train_cli.data_source(args, config))
+    config = train_cli.config_from_args(args, len(data.private))  # --batch-size default: N/10
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(train_cli.model_source(args), data.public, data.private.num_labels,
                                                 init)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from raptor import __version__
-from raptor.errors import RaptorError
+from raptor.errors import RaptorError, RaptorWarning
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("raptor.cli.check", "compare the per-record engine with the one-record reference on a tiny model"),
     "demo": ("raptor.cli.demo", "train a tiny Switch model on the bundled SST-2 sample (the main job)"),
     "train": ("raptor.cli.train", "DP fine-tuning with RAPTOR or a baseline; writes results.json and a checkpoint"),
+    "predict": ("raptor.cli.predict", "predict labels with a model a raptor train run saved (CSV/JSONL out)"),
     "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),
     "audit": ("raptor.cli.audit", "empirical privacy audit: an epsilon lower bound next to the claim"),
     "pretrain": ("raptor.cli.pretrain", "pre-train a small MoE on public text (a warm start for DP fine-tuning)"),
@@ -28,14 +30,25 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is one), or None."""
+    return next((a for a in argv if a in COMMANDS), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. Only the module of the chosen subcommand is imported (all of them when
+    ``argv`` is None), so ``raptor --help`` and argument errors never import torch."""
     parser = argparse.ArgumentParser(
         prog="raptor",
         description="Role-aware differentially private fine-tuning of Mixture-of-Experts transformers.",
     )
     parser.add_argument("--version", action="version", version=f"raptor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = None if argv is None else _chosen(argv)
     for name, (module_name, help_text) in COMMANDS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=help_text, description=help_text)
+            continue
         module = importlib.import_module(module_name)
         p = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip().splitlines()[0])
         module.add_arguments(p)
@@ -44,16 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
-    try:
-        return int(args._run(args) or 0)
-    except RaptorError as err:
-        print(f"raptor {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, RaptorWarning):
+                print(f"raptor {args.command}: warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        try:
+            return int(args._run(args) or 0)
+        except RaptorError as err:
+            print(f"raptor {args.command}: error: {err}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

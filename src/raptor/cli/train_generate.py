@@ -11,8 +11,11 @@ Data (JSON Lines):
   and decoded before anything else happens; a missing or corrupt one stops the run with an error
   naming the line.
 
-The public corpus (routing statistics, layer choice, the tiny families' tokenizer) is
-``--public-file`` or a deterministic slice of the training file (``--public-size``). The privacy
+The public corpus (routing statistics, layer choice, the tiny families' tokenizer) is only what
+you declare: ``--public-file``, or a deterministic slice of the training file given on purpose
+(``--public-size``); the training file is never sliced by default (``--method nonprivate`` uses
+the training data itself; any other run without a public source stops with an error naming the
+flags). results.json records the source. The privacy
 unit is one record (one JSONL line); with several questions per image, protect the image by
 putting one record per image.
 
@@ -23,7 +26,7 @@ as ``zero_shot`` in results.json) and at every evaluation point.
 The reference's DeepSeek-VL2 settings (RAPTOR paper): epsilon 8, delta 1e-5, shared ratio 0.9,
 alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
 
-    raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl \\
+    raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl --public-file public_vqa.jsonl \\
         --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
     raptor train ... --method dp-lora --lora-rank 16 --epsilon 8 --delta 1e-5
 
@@ -40,23 +43,25 @@ import math
 import sys
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from raptor.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("generative objective (--objective generate)")
-    group.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders)")
-    group.add_argument("--answer-field", default="answer", help="JSONL answer field")
-    group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2)")
-    group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2)")
+    group.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders) (default prompt)")
+    group.add_argument("--answer-field", default="answer", help="JSONL answer field (default answer)")
+    group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2) (default image)")
+    group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2) (default question)")
     group.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
-    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16)")
+    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16) (default 8)")
     group.add_argument("--freeze-shared-experts", action="store_true",
                        help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
-                            "training them in the shared group")
+                            "training them in the shared group (default off)")
 
 
 def _model_type(model: str) -> str | None:
@@ -64,12 +69,24 @@ def _model_type(model: str) -> str | None:
     return json.loads(config.read_text()).get("model_type") if config.is_file() else None
 
 
+def public_source_of(args):
+    """The declared public source of a generative run (never a silent slice of --train-file)."""
+    from raptor.data.public_source import resolve_public_source
+
+    return resolve_public_source(public_file=args.public_file, public_size=args.public_size, user_data=True,
+                                 nonprivate=args.method == "nonprivate",
+                                 needs=("public routing statistics and the layer choice",))
+
+
 def _public_split(n: int, args, what: str):
+    """(public indices, private indices) of a ``--public-size`` slice, or of the training data itself
+    for a non-private run without a declared source."""
     from raptor.data.public import public_indices
 
-    size = args.public_size
-    size = int(size) if size >= 1 else float(size)
-    public = set(public_indices(n, size, seed=0))
+    source = public_source_of(args)
+    if source.kind == "training-data":
+        return list(range(n)), list(range(n))
+    public = set(public_indices(n, source.size, seed=0))
     if not public or len(public) >= n:
         raise ConfigError(f"--public-size {args.public_size} leaves no public or no private {what} records")
     return sorted(public), [i for i in range(n) if i not in public]
@@ -165,11 +182,16 @@ def run_generate(args: argparse.Namespace) -> int:
         raise ConfigError("--head-init applies to classification heads; --objective generate keeps the LM head")
     config = config_from_args(args)
     config = dataclasses.replace(config, lora_rank=args.lora_rank)
+    public_source_of(args)  # declared before anything is read
     started = time.perf_counter()
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     vl2 = _model_type(args.model) == MODEL_TYPE
     loader = load_vqa_run if vl2 else load_text_run
     model, tokenizer, train, public, val, evaluation, data_info = loader(args, init)
+    if args.batch_size is None:
+        from raptor.cli.train import default_batch_size
+
+        config = dataclasses.replace(config, batch_size=default_batch_size(data_info["private_records"]))
     if config.batch_size >= data_info["private_records"]:
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {data_info['private_records']} "
                           "private records")
@@ -190,7 +212,7 @@ def run_generate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     trainer.save(out / "checkpoint")
     results.update({
-        "data": data_info, "model": args.model, "zero_shot": zero_shot,
+        "data": dict(data_info, public_source=public_source_of(args).to_dict()), "model": args.model, "zero_shot": zero_shot,
         "freeze_shared_experts": args.freeze_shared_experts,
         "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
         "total_seconds": time.perf_counter() - started,

@@ -10,22 +10,35 @@
 - :func:`train_wordpiece`, :func:`save_tokenizer`, :func:`load_tokenizer`.
 - :func:`encode` + :func:`collate`: ``input_ids [B,T]``, ``attention_mask [B,T]``, ``labels [B]``.
 """
+import importlib
 
-from raptor.data.collate import EncodedData, collate, encode, encode_batch
-from raptor.data.dataset import ClassificationData, DataSplits
-from raptor.data.glue_local import load_glue_dir, read_glue_tsv
-from raptor.data.hub import load_glue_cache, load_glue_hub
-from raptor.data.public import PublicPrivateSplit, public_indices, separate_public, split_public_private
-from raptor.data.sample import load_bundled_sst2
-from raptor.data.tasks import GLUE_TASKS, TaskSpec, get_task
-from raptor.data.tokenization import (
-    SPECIAL_TOKENS,
-    check_tokenizer_matches_model,
-    load_tokenizer,
-    save_tokenizer,
-    train_wordpiece,
-)
-from raptor.data.user_files import load_user_files
+#: exported name -> the module that defines it (imported on first use: PEP 562)
+_EXPORTS: dict[str, str] = {
+    "EncodedData": "raptor.data.collate",
+    "collate": "raptor.data.collate",
+    "encode": "raptor.data.collate",
+    "encode_batch": "raptor.data.collate",
+    "ClassificationData": "raptor.data.dataset",
+    "DataSplits": "raptor.data.dataset",
+    "load_glue_dir": "raptor.data.glue_local",
+    "read_glue_tsv": "raptor.data.glue_local",
+    "load_glue_cache": "raptor.data.hub",
+    "load_glue_hub": "raptor.data.hub",
+    "PublicPrivateSplit": "raptor.data.public",
+    "public_indices": "raptor.data.public",
+    "separate_public": "raptor.data.public",
+    "split_public_private": "raptor.data.public",
+    "load_bundled_sst2": "raptor.data.sample",
+    "GLUE_TASKS": "raptor.data.tasks",
+    "TaskSpec": "raptor.data.tasks",
+    "get_task": "raptor.data.tasks",
+    "SPECIAL_TOKENS": "raptor.data.tokenization",
+    "check_tokenizer_matches_model": "raptor.data.tokenization",
+    "load_tokenizer": "raptor.data.tokenization",
+    "save_tokenizer": "raptor.data.tokenization",
+    "train_wordpiece": "raptor.data.tokenization",
+    "load_user_files": "raptor.data.user_files",
+}
 
 __all__ = [
     "GLUE_TASKS",
@@ -53,3 +66,18 @@ __all__ = [
     "split_public_private",
     "train_wordpiece",
 ]
+
+
+def __getattr__(name: str):
+    """Import the defining module on first use, so that ``import raptor.<pkg>.<module>`` (and
+    ``raptor --help``) does not import every heavy dependency of the package."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

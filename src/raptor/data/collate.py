@@ -59,14 +59,37 @@ def _check(tokenizer, max_length: int, pair: bool) -> int:
     return pad_id
 
 
+#: a text longer than this many characters per token of ``max_length`` is cut to a prefix first
+CHARS_PER_TOKEN_BOUND = 32
+#: tokens beyond ``max_length`` a prefix must give, so that the cut cannot change the kept tokens
+PREFIX_MARGIN = 8
+
+
+def bounded_text(tokenizer, text: str, max_length: int) -> str:
+    """A prefix of ``text`` whose truncated encoding equals that of ``text``, at most a few times as
+    long as needed: tokenizers tokenize a whole text before truncating, so a 20 MB record would take
+    gigabytes. The prefix is grown (x4) until it yields ``max_length + PREFIX_MARGIN`` tokens, so
+    the cut (which can only change the tokens at its end) lies beyond every kept token."""
+    k = CHARS_PER_TOKEN_BOUND * max_length
+    while k < len(text):
+        prefix = text[:k]
+        if len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) >= max_length + PREFIX_MARGIN:
+            return prefix
+        k *= 4
+    return text
+
+
 def encode(tokenizer, data: ClassificationData, *, max_length: int) -> EncodedData:
-    """Tokenize every record of ``data`` once, truncated to ``max_length`` tokens, without padding."""
+    """Tokenize every record of ``data`` once, truncated to ``max_length`` tokens, without padding.
+
+    Memory is bounded per record: a very long text is cut to a prefix first (:func:`bounded_text`),
+    which gives the same tokens as the whole text (a test checks it against the whole text)."""
     pad_id = _check(tokenizer, max_length, data.is_pair)
     if len(data) == 0:
         return EncodedData((), (), pad_id, max_length, data.is_regression)
     out = tokenizer(
-        list(data.texts),
-        list(data.text_pairs) if data.is_pair else None,
+        [bounded_text(tokenizer, t, max_length) for t in data.texts],
+        [bounded_text(tokenizer, t, max_length) for t in data.text_pairs] if data.is_pair else None,
         truncation=True,
         max_length=max_length,
         padding=False,

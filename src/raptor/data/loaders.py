@@ -2,8 +2,10 @@
 :func:`raptor.fine_tune` call.
 
 * :class:`DataSource`: where the splits come from (a GLUE TSV directory, the local Hugging Face
-  datasets cache for a task named without a directory, the user's files, or the bundled SST-2 sample) and what is public (``public_file``, or a ``public_size`` slice of the
-  training split; public data is only what the caller declared public).
+  datasets cache for a task named without a directory, the user's files, or the bundled SST-2
+  sample) and what is public: only what the caller declared (:mod:`raptor.data.public_source`:
+  ``public_file``, a ``public_size`` slice, the model's public corpus, the GLUE convention for
+  benchmarks); a user's training file is never sliced by default.
 * :func:`load_data` -> :class:`LoadedData`: (description, public/private split, validation
   split(s), task type, the task's metrics).
 * :func:`from_records`: a list of dicts or a ``datasets.Dataset`` -> :class:`ClassificationData`.
@@ -21,17 +23,22 @@ from raptor.data.collate import collate, encode
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir
 from raptor.data.public import PublicPrivateSplit, separate_public, split_public_private
+from raptor.data.public_source import PublicSource, resolve_public_source
 from raptor.data.sample import load_bundled_sst2
 from raptor.data.user_files import DEFAULT_TEXT_COLUMNS, TASK_TYPES, infer_task_type, load_user_files
 from raptor.errors import ConfigError, DataError
 
-#: default public slice of the training split (``--public-size``)
-DEFAULT_PUBLIC_SIZE: float = 0.05
-
 
 @dataclass(frozen=True)
 class DataSource:
-    """Where a run's data comes from (flags of ``raptor train`` / ``raptor inspect``)."""
+    """Where a run's data comes from (flags of ``raptor train`` / ``raptor inspect``).
+
+    Public side (:func:`raptor.data.public_source.resolve_public_source`): ``public_file``, or a
+    ``public_size`` slice given on purpose, or the public corpus of ``model`` (a directory or a
+    shipped name), or for GLUE / the bundled sample the benchmark convention. ``nonprivate``: the
+    run makes no privacy claim (its training data may serve as the public side); ``needs_public``:
+    what the run computes from public data (empty: a DP run may go without public data).
+    """
 
     task: str | None = None
     data_dir: str | None = None
@@ -40,11 +47,14 @@ class DataSource:
     text_columns: tuple[str, ...] | None = None
     label_column: str = "label"
     public_file: str | None = None
-    public_size: float = DEFAULT_PUBLIC_SIZE
+    public_size: float | None = None
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
     hf_cache: str | None = None
     task_type: str = "auto"
+    model: str | None = None
+    nonprivate: bool = False
+    needs_public: tuple[str, ...] = ("public routing statistics",)
 
     def __post_init__(self) -> None:
         if self.train_file and self.task and self.data_dir:
@@ -57,6 +67,13 @@ class DataSource:
             raise ConfigError("--task-type applies to --train-file; a GLUE --task has its own type (stsb: regression)")
         if self.text_columns is not None:
             object.__setattr__(self, "text_columns", tuple(self.text_columns))
+        object.__setattr__(self, "needs_public", tuple(self.needs_public))
+
+    def public_source(self) -> PublicSource:
+        """The declared public source (a :class:`ConfigError` naming the flags when none is)."""
+        return resolve_public_source(public_file=self.public_file, public_size=self.public_size, model=self.model,
+                                     user_data=bool(self.train_file), nonprivate=self.nonprivate,
+                                     needs=self.needs_public)
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,7 @@ class LoadedData:
     private: ClassificationData
     validation_sets: dict[str, ClassificationData]
     metrics: tuple[str, ...]
+    public_source: PublicSource | None = None
 
     @property
     def public(self) -> ClassificationData:
@@ -106,33 +124,59 @@ def subset(data: ClassificationData, n: int | None) -> ClassificationData:
     return data if n is None else data.subset(range(min(n, len(data))))
 
 
-def public_split(train: ClassificationData, *, public: ClassificationData | None = None,
-                 public_size: float | None = None) -> PublicPrivateSplit:
-    """The public corpus: ``public`` as given (all of ``train`` stays private), or a deterministic
-    ``public_size`` slice of ``train`` (a fraction < 1 or a count), removed from the private set.
-    Exactly one must be given: public data is never a silent default."""
-    if (public is None) == (public_size is None):
-        raise ConfigError("declare the public corpus: give public records (--public-file) or a public slice "
-                          "size of the training split (--public-size), exactly one")
-    if public is not None:
+def public_split(train: ClassificationData, source: PublicSource, *,
+                 public: ClassificationData | None = None) -> PublicPrivateSplit:
+    """The public corpus of a declared ``source``: ``public`` records as given for a file or a
+    model corpus (all of ``train`` stays private); a deterministic slice of ``train`` (removed from
+    the private set) for ``slice`` and ``glue-convention``; all of ``train`` for ``training-data``
+    (a non-private run); no records for ``none``."""
+    if source.kind in ("file", "model-corpus"):
+        if public is None:
+            raise ConfigError(f"public source {source.kind} {source.path}: no public records were loaded")
         return separate_public(public, train)
-    size = int(public_size) if public_size >= 1 else float(public_size)
-    return split_public_private(train, public_size=size, seed=0)
+    if public is not None:
+        raise ConfigError(f"public records were given but the public source is {source.kind}")
+    n = len(train)
+    if source.kind == "training-data":
+        return PublicPrivateSplit(public=train, private=train, public_indices=None, private_indices=tuple(range(n)),
+                                  rule=f"public = the {n} training records (non-private run: no privacy claim)")
+    if source.kind == "none":
+        return PublicPrivateSplit(public=train.subset((), source="no public data"), private=train,
+                                  public_indices=None, private_indices=tuple(range(n)),
+                                  rule="public = none (the method computes nothing from public data); "
+                                       "private = all train records")
+    return split_public_private(train, public_size=source.size, seed=0)
+
+
+def load_public_file(path: str, splits: DataSplits, source: DataSource) -> ClassificationData:
+    """A public corpus file with the task's columns, or a ``.txt`` of unlabelled texts (one per line)."""
+    if path.endswith(".txt"):
+        from raptor.data.textio import read_text_lines
+
+        texts = read_text_lines(path)
+        if splits.train.is_pair:
+            raise DataError(f"{path}: an unlabelled single-text public corpus cannot serve a sentence-pair task; "
+                            "give --public-file with both text columns")
+        regression = splits.task_type == "regression"
+        return ClassificationData(texts, (0.0 if regression else 0,) * len(texts),
+                                  () if regression else splits.train.label_names, source=path,
+                                  task_type=splits.task_type)
+    regression = splits.task_type == "regression"
+    return load_user_files(path, text_columns=source.text_columns, label_column=source.label_column,
+                           task=source.task, label_names=None if regression else splits.train.label_names,
+                           task_type=splits.task_type).train
 
 
 def load_data(source: DataSource) -> LoadedData:
-    """Load the splits of ``source``, separate the public corpus and cap the sample counts."""
+    """Load the splits of ``source``, separate the declared public corpus and cap the sample counts."""
+    declared = source.public_source()
     splits, desc = load_splits(source)
-    public = None
-    if source.public_file:
-        regression = splits.task_type == "regression"
-        public = load_user_files(source.public_file, text_columns=source.text_columns,
-                                 label_column=source.label_column, task=source.task,
-                                 label_names=None if regression else splits.train.label_names,
-                                 task_type=splits.task_type).train
-    split = public_split(splits.train, public=public, public_size=None if public is not None else source.public_size)
+    public = load_public_file(declared.path, splits, source) if declared.kind in ("file", "model-corpus") else None
+    train = subset(splits.train, source.max_train_samples) if declared.kind == "training-data" else splits.train
+    split = public_split(train, declared, public=public)
     sets = {name: subset(data, source.max_eval_samples) for name, data in splits.validation_sets().items()}
-    return LoadedData(desc, split, subset(split.private, source.max_train_samples), sets, splits.metric_names)
+    return LoadedData(desc, split, subset(split.private, source.max_train_samples), sets, splits.metric_names,
+                      declared)
 
 
 def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None = None, label_column: str = "label",

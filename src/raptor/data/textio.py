@@ -32,6 +32,9 @@ from raptor.errors import DataError
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
+#: largest CSV/TSV field accepted (the csv module's default is 128 KB)
+FIELD_SIZE_LIMIT = 2**31 - 1
+
 #: file suffix -> format name
 FORMATS: dict[str, str] = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 
@@ -82,7 +85,10 @@ def read_bytes(path: str | Path) -> bytes:
     if not p.exists():
         raise DataError(f"{p}: file not found; check the path (relative paths start at {Path.cwd()})")
     if p.is_dir():
-        raise DataError(f"{p}: is a directory; expected a data file")
+        inside = sorted(c.name for c in p.iterdir() if c.is_file() and c.suffix.lower() in FORMATS)[:3]
+        hint = f" such as {p / inside[0]}" if inside else ""
+        raise DataError(f"{p}: is a directory, not a file; give a CSV/TSV/JSONL file{hint} (a GLUE directory "
+                        "goes with --task T --data-dir DIR)")
     data = p.read_bytes()
     if p.suffix == ".gz":
         try:
@@ -98,6 +104,11 @@ def decode_utf8(data: bytes, name: str) -> str:
     An undecodable byte sequence raises :class:`DataError` giving its byte offset (from the start
     of the file, BOM included), its line and column, and the bytes themselves.
     """
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:4096]:
+        raise DataError(
+            f"{name}: the file looks like UTF-16 (a UTF-16 byte-order mark or NUL bytes); raptor reads UTF-8. "
+            "Re-save it as UTF-8 (for example `iconv -f utf-16 -t utf-8 IN > OUT`)."
+        )
     skip = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
     try:
         return data[skip:].decode("utf-8")
@@ -120,6 +131,7 @@ def _rows_delimited(text: str, name: str, fmt: str):
     else:
         reader = csv.reader(io.StringIO(text, newline=""))
     start = 1
+    old_limit = csv.field_size_limit(FIELD_SIZE_LIMIT)  # the default (128 KB) calls a long valid field malformed
     try:
         for cells in reader:
             line = start
@@ -129,6 +141,8 @@ def _rows_delimited(text: str, name: str, fmt: str):
             yield line, cells
     except csv.Error as err:
         raise DataError(f"{name}: line {reader.line_num}: malformed {fmt.upper()} ({err})") from err
+    finally:
+        csv.field_size_limit(old_limit)
 
 
 def parse_delimited(text: str, name: str, fmt: str, *, columns: Sequence[str] | None = None) -> Table:
@@ -187,9 +201,20 @@ def read_table(path: str | Path, *, fmt: str | None = None, columns: Sequence[st
 
     ``columns`` names the columns of a header-less TSV/CSV file (then every row is a record).
     """
+    if not Path(path).is_file():
+        read_bytes(path)  # the missing-file or directory message, before the suffix is looked at
     fmt = fmt or file_format(path)
     name = str(path)
     text = decode_utf8(read_bytes(path), name)
     if fmt == "jsonl":
         return parse_jsonl(text, name)
     return parse_delimited(text, name, fmt, columns=columns)
+
+
+def read_text_lines(path: str | Path) -> tuple[str, ...]:
+    """The non-blank lines of a UTF-8 text file (one text per line), stripped; an empty file is an error."""
+    name = str(path)
+    texts = tuple(line.strip() for line in decode_utf8(read_bytes(path), name).splitlines() if line.strip())
+    if not texts:
+        raise DataError(f"{name}: no text lines; expected one text per line")
+    return texts

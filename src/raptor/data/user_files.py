@@ -32,13 +32,14 @@ in advance instead.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.tasks import TaskSpec, get_task, parse_score
 from raptor.data.textio import Record, Table, read_table
-from raptor.errors import DataError
+from raptor.errors import DataError, DataWarning
 
 #: ``task_type="auto"``: a numeric label column with more distinct values than this is a regression target
 REGRESSION_MIN_DISTINCT = 20
@@ -60,7 +61,21 @@ def _label_value(record: Record, column: str, where: str):
         value = value.strip()
         if value == "":
             raise DataError(f"{where}: line {record.line}: empty label in column {column!r}")
+    try:
+        finite = math.isfinite(float(value))
+    except (ValueError, OverflowError):
+        finite = True  # a class name such as "positive"
+    if not finite:
+        raise DataError(f"{where}: line {record.line}: label {value!r} in column {column!r} is not a number "
+                        "(nan and infinite values are not finite labels); fix or drop the record")
     return value
+
+
+def canonical_label(value: str) -> str:
+    """A class label in canonical form: a whole number written ``1``, ``1.0``, ``+1`` or ``1e0`` is
+    ``"1"`` (so ``1.0`` beside ``1`` is one class, not two); any other value is unchanged."""
+    number = _as_number(value)
+    return str(int(number)) if number is not None and number.is_integer() else value
 
 
 def _text_value(record: Record, column: str, where: str) -> str:
@@ -109,6 +124,18 @@ def infer_task_type(values: Sequence[str]) -> str:
 def _scores(table: Table, raw: list[str], column: str) -> tuple[float, ...]:
     return tuple(parse_score(v, where=f"{table.name}: line {r.line}", column=column)
                  for r, v in zip(table.records, raw))
+
+
+def _warn_empty(table: Table, texts, pairs, text_columns) -> None:
+    """A :class:`DataWarning` counting the records whose text is empty or only spaces (kept: they
+    are valid records, but usually a sign of a wrong column or a broken export)."""
+    lines = [r.line for i, r in enumerate(table.records)
+             if not texts[i].strip() or (pairs is not None and not pairs[i].strip())]
+    if lines:
+        shown = ", ".join(str(n) for n in lines[:5]) + (", ..." if len(lines) > 5 else "")
+        warnings.warn(DataWarning(
+            f"{table.name}: {len(lines)} of {len(texts)} records have an empty text in column(s) "
+            f"{', '.join(repr(c) for c in text_columns)} (lines {shown}); they are kept as records"), stacklevel=3)
 
 
 def _resolve_text_columns(table: Table, text_columns: Sequence[str] | None) -> tuple[str, ...]:
@@ -195,6 +222,7 @@ def load_user_files(
         raise DataError(f"{train_file}: task {spec.name} takes single sentences but two --text-column were given")
 
     texts, pairs, raw = _extract(train_table, columns, label_column)
+    _warn_empty(train_table, texts, pairs, columns)
     if spec is not None:
         task_type = spec.task_type
     elif label_names is not None:
@@ -204,6 +232,7 @@ def load_user_files(
     metrics = spec.metrics if spec is not None else ()
     if task_type == "regression":
         return _regression_splits(train_table, texts, pairs, raw, columns, label_column, validation_file, metrics)
+    raw = [canonical_label(v) for v in raw]
     if spec is not None:
         names = spec.label_names
         mapping = {v: i for i, v in enumerate(spec.tsv_labels)} | {n: i for i, n in enumerate(spec.label_names)}
@@ -230,6 +259,7 @@ def load_user_files(
     if validation_file is not None:
         table = read_table(validation_file)
         vtexts, vpairs, vraw = _extract(table, columns, label_column)
+        vraw = [canonical_label(v) for v in vraw]
         from_train = str(train_file) if spec is None and label_names is None else None
         validation = ClassificationData(
             tuple(vtexts), _ids(table, vraw, mapping, label_column, allowed, train_file=from_train), names,

@@ -4,7 +4,13 @@
 (:func:`raptor.mechanisms.poisson_sample`, :func:`raptor.mechanisms.gaussian_noise`):
 
 * the key (256 bits) and the initial counter block (128 bits) come from the OS CSPRNG
-  (:func:`secrets.token_bytes`) and are never stored, logged or checkpointed;
+  (:func:`secrets.token_bytes`) and are never printed or logged. :meth:`AesCtrGenerator.get_state`
+  (key, counter block, bytes used) goes into a run's mid-run checkpoints only, so that a resumed
+  run continues the same stream exactly (issue 15); the final checkpoint of a secure run drops it.
+  Why that is safe: the state lets one recompute this run's samples and noise, so a checkpoint
+  that holds it is exactly as confidential as the training data it sits next to (keep it where
+  the data is kept, never publish it); what is released (the final model, results.json) never
+  holds it, and a run that finished has nothing left to resume;
 * the stream is AES-256-CTR encryption of zeros, from the ``cryptography`` package (OpenSSL; AES-NI
   where the CPU has it). Its output is computationally indistinguishable from uniform bytes, unlike
   torch's Mersenne Twister / Philox, whose state can be recovered from enough output;
@@ -45,13 +51,17 @@ _CHUNK = 1 << 22  # Gaussians per pass: bounds the peak memory of one call
 _ZEROS = bytes(1 << 23)  # plaintext of one AES call (8 MiB of keystream)
 
 
-def _cipher():
+_KEY_BYTES, _BLOCK_BYTES = 32, 16
+_STATE_BYTES = _KEY_BYTES + _BLOCK_BYTES + 8
+
+
+def _cipher(key: bytes, counter: bytes):
     try:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     except ImportError as err:  # pragma: no cover - the package is a pinned dependency
         raise ConfigError("secure randomness needs the 'cryptography' package (pip install 'cryptography==46.0.3'), "
                           "or run a seeded, NOT secure, experiment with --seed") from err
-    return Cipher(algorithms.AES(secrets.token_bytes(32)), modes.CTR(secrets.token_bytes(16))).encryptor()
+    return Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor()
 
 
 class AesCtrGenerator:
@@ -65,7 +75,27 @@ class AesCtrGenerator:
 
     def __init__(self, device: str | torch.device = "cpu"):
         self.device = torch.device(device)
-        self._enc = _cipher()
+        self._key, self._counter, self._used = secrets.token_bytes(_KEY_BYTES), secrets.token_bytes(_BLOCK_BYTES), 0
+        self._enc = _cipher(self._key, self._counter)
+
+    def get_state(self) -> torch.Tensor:
+        """The stream's position as a uint8 tensor (key, initial counter block, bytes used): SECRET,
+        for a run's own mid-run checkpoints only (see the module docstring)."""
+        raw = self._key + self._counter + self._used.to_bytes(8, "little")
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        """Continue the stream of :meth:`get_state` exactly where it was."""
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != _STATE_BYTES:
+            raise ConfigError(f"an AES-CTR generator state is {_STATE_BYTES} bytes (uint8), got "
+                              f"{getattr(state, 'dtype', type(state).__name__)} of {getattr(state, 'numel', lambda: '?')()}")
+        raw = bytes(state.tolist())
+        key, counter = raw[:_KEY_BYTES], raw[_KEY_BYTES:_KEY_BYTES + _BLOCK_BYTES]
+        used = int.from_bytes(raw[_KEY_BYTES + _BLOCK_BYTES:], "little")
+        start = (int.from_bytes(counter, "big") + used // _BLOCK_BYTES) % (1 << 128)
+        self._key, self._counter, self._used = key, counter, used
+        self._enc = _cipher(key, start.to_bytes(_BLOCK_BYTES, "big"))
+        self._enc.update(bytes(used % _BLOCK_BYTES))  # the rest of a block already used
 
     def __repr__(self) -> str:
         return f"AesCtrGenerator(device={self.device})"  # never the key
@@ -82,6 +112,7 @@ class AesCtrGenerator:
             size = min(step, 8 * count - start)
             written = self._enc.update_into(_ZEROS if size == step else _ZEROS[:size], buf)
             out_u8[start:start + written] = memoryview(buf)[:written]
+            self._used += written
         return out
 
     def uniform(self, count: int) -> torch.Tensor:

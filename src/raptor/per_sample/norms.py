@@ -21,6 +21,7 @@ Legend: B records, R records present in a use, m rows per record (padded), n row
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -154,7 +155,7 @@ def weighted_sum(per_record: torch.Tensor, c_B: torch.Tensor) -> torch.Tensor:
     if not bool(ok.all()):
         keep = torch.nonzero(ok, as_tuple=False).squeeze(1)
         per_record, c = per_record.index_select(0, keep), c.index_select(0, keep)
-    flat = per_record.reshape(per_record.shape[0], -1)
+    flat = per_record.reshape(per_record.shape[0], math.prod(per_record.shape[1:]))  # -1 is ambiguous at 0 rows
     return torch.mv(flat.transpose(0, 1), c).reshape(per_record.shape[1:])
 
 

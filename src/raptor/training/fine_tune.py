@@ -3,9 +3,15 @@
     result = raptor.fine_tune(model, tokenizer, train, validation, config, public=public)
 
 ``train`` / ``validation`` / ``public``: lists of dicts (``{"sentence": ..., "label": ...}``), a
-``datasets.Dataset`` or :class:`raptor.data.ClassificationData`. The public corpus must be
-declared: ``public=`` records, or ``public_size=`` (a slice of ``train``, removed from the private
-records). ``raptor train`` calls this same function.
+``datasets.Dataset`` or :class:`raptor.data.ClassificationData`. Public data is only what the
+caller declared (the rule of ``raptor train``, :mod:`raptor.data.public_source`): ``public=``
+records, or ``public_size=`` (a slice of ``train``, removed from the private records, given on
+purpose). With neither, ``train`` is never sliced: a non-private run uses its own training data
+for the routing statistics, a DP run whose method computes nothing from public data (see
+:func:`raptor.training.public_stage.public_needs`) runs without, and any other DP run is a
+:class:`~raptor.errors.ConfigError` naming what needs public data. ``raptor train`` calls this
+same function (with ``public_source=`` the source it resolved). ``results["data"]["public_source"]``
+records the source.
 
 ``validation`` may also be ``{name: rows}`` for several validation splits (MNLI: ``matched``,
 ``mismatched``); ``metrics`` names the task's metrics, main first (default: accuracy, or Pearson
@@ -23,9 +29,13 @@ from torch import nn
 
 from raptor.data import ClassificationData
 from raptor.data.loaders import from_records, public_split, to_records
-from raptor.errors import ConfigError
+from raptor.data.public import PublicPrivateSplit
+from raptor.data.public_source import PublicSource, resolve_public_source
+from raptor.errors import BudgetExceededError, ConfigError
 from raptor.training.build import build_trainer
 from raptor.training.config import TrainConfig
+from raptor.training.methods import METHOD_SPECS
+from raptor.training.public_stage import check_labelled, public_needs
 from raptor.training.trainer import Trainer
 
 Rows = Iterable[Mapping] | ClassificationData
@@ -38,17 +48,31 @@ class FineTuneResult:
     model: nn.Module
     trainer: Trainer
     results: dict
+    tokenizer: object = None  # the run's tokenizer (on resume: the checkpoint's)
 
 
 def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None = None,
               config: TrainConfig | None = None, *, public: Rows | None = None, public_size: float | None = None,
               text_columns: Sequence[str] | None = None, label_column: str = "label",
               metrics: Sequence[str] | None = None, task_type: str = "auto",
-              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0) -> FineTuneResult:
+              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0,
+              checkpoint_start: bool = False, public_source: PublicSource | None = None,
+              model_name: str | None = None) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE classifier of a supported family) with ``config.method``.
 
-    ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). ``resume``
-    continues a checkpoint of the same run and ledger. Returns a :class:`FineTuneResult`.
+    ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). Checkpoints
+    (``config.output_path / "checkpoint"``, every ``checkpoint_every`` steps and, with
+    ``checkpoint_start``, before the first update) hold everything needed to continue the same
+    run: the weights that are not in the base checkpoint ``model_name`` (a ``save_pretrained``
+    directory; a tiny family or ``None``: all weights), the tokenizer, the plan and public
+    statistics, the ledger, the optimizers and the generator states, and a fingerprint of the
+    config and data. ``resume`` continues such a checkpoint: a changed config or data set is a
+    :class:`ConfigError` listing what changed, and the run's initial weights and tokenizer are
+    taken from the checkpoint (nothing is redrawn). ``public_source``: the source ``public`` came
+    from when the caller already separated it from ``train`` (``raptor train``); ``public`` is
+    then used as is (possibly empty, for kind ``none``). A step that would exceed the budget saves
+    a checkpoint (when checkpointing is on) and raises :class:`~raptor.errors.BudgetExceededError`
+    whose ``partial`` attribute is the :class:`FineTuneResult` so far. Returns a :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
     from raptor.training.evaluator import Evaluator
@@ -65,12 +89,35 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         return from_records(data, text_columns=text_columns, label_column=label_column, source=source,
                             label_names=private.label_names if kind == "classification" else None, task_type=kind)
 
-    public_data = None if public is None else rows(public, "public")
-    split = public_split(private, public=public_data, public_size=public_size)
+    spec = METHOD_SPECS[config.method]
+    if public_source is None:
+        if public is not None and public_size is not None:
+            raise ConfigError("give either public= records or public_size=, not both")
+        public_source = resolve_public_source(
+            public_file="(public= records)" if public is not None else None, public_size=public_size,
+            user_data=True, nonprivate=config.method == "nonprivate", needs=public_needs(config, spec))
+        public_data = None if public is None else rows(public, "public")
+        split = public_split(private, public_source, public=public_data)
+    else:
+        if public is None:
+            raise ConfigError(f"public_source={public_source.kind} needs the public records it designated (public=)")
+        split = PublicPrivateSplit(public=rows(public, "public"), private=private, public_indices=None,
+                                   private_indices=tuple(range(len(private))), rule=public_source.describe())
+    check_labelled(public_source.labelled, config, spec)
     named = {} if validation is None else dict(validation) if _is_named(validation) else {"dev": validation}
     devs = {name: rows(data, f"validation {name}") for name, data in named.items()}
     if config.batch_size >= len(split.private):
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(split.private)} private records")
+    from raptor.training.final_model import base_weights, initial_weights_writer, load_initial_weights
+    from raptor.training.run_checks import check_resumable, fingerprint
+
+    fp = fingerprint(config.to_dict(), model=model_name or type(model).__name__, train=split.private,
+                     public=split.public, validation=devs, label_names=private.label_names,
+                     public_source=public_source.to_dict())
+    if resume:  # same run? then its own initial weights and tokenizer: nothing is redrawn or retrained
+        check_resumable(resume, fp)
+        model, tokenizer = load_initial_weights(resume, model)
+    initial = initial_weights_writer(model, tokenizer, base_weights(model_name))
     records = {name: to_records(tokenizer, data, config.max_length)
                for name, data in (("train", split.private), ("public", split.public))}
     dev_records = {name: to_records(tokenizer, data, config.max_length) for name, data in devs.items()}
@@ -79,15 +126,24 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         if dev_records else None
     trainer = build_trainer(config, model, train=records["train"], validation=next(iter(dev_records.values()), None),
                             public=records["public"], evaluator=evaluator)
+    trainer.artifacts, trainer.fingerprint = initial, fp
     if resume:
         from raptor.accounting.ledger import PrivacyLedger
 
         trainer.resume(resume, PrivacyLedger.from_dict)
-    results = trainer.fit(progress=progress, checkpoint_every=checkpoint_every)
-    results["data"] = {"private_records": len(split.private), "public_records": len(split.public),
-                       "public_rule": split.rule, "dev_records": len(next(iter(devs.values()), ())),
-                       "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
-    return FineTuneResult(model=trainer.model, trainer=trainer, results=results)
+    data = {"private_records": len(split.private), "public_records": len(split.public),
+            "public_rule": split.rule, "public_source": public_source.to_dict(),
+            "dev_records": len(next(iter(devs.values()), ())),
+            "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
+    label_map = {str(i): name for i, name in enumerate(private.label_names)}
+    try:
+        results = trainer.fit(progress=progress, checkpoint_every=checkpoint_every, checkpoint_start=checkpoint_start)
+    except BudgetExceededError as err:
+        err.results.update(data=data, label_map=label_map, stopped_by_budget=str(err))
+        err.partial = FineTuneResult(model=trainer.model, trainer=trainer, results=err.results, tokenizer=tokenizer)
+        raise
+    results.update(data=data, label_map=label_map)
+    return FineTuneResult(model=trainer.model, trainer=trainer, results=results, tokenizer=tokenizer)
 
 
 def _is_named(validation) -> bool:

@@ -9,12 +9,14 @@ on the PUBLIC corpus only), a local ``save_pretrained`` directory or a hub name;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+from raptor.moe.names import FAMILY_NAMES
 
-from raptor.data import ClassificationData, check_tokenizer_matches_model, load_tokenizer, train_wordpiece
-from raptor.moe.adapters import get_adapter
-from raptor.moe.models import FAMILIES, TinySize, build_model, load_model
+if TYPE_CHECKING:  # torch, transformers and tokenizers are imported on use (fast CLI start-up)
+    import torch
+
+    from raptor.data import ClassificationData
 
 DEFAULT_MODEL = "switch_transformers"
 
@@ -37,12 +39,16 @@ class ModelSource:
 
     @property
     def is_tiny(self) -> bool:
-        return self.model in FAMILIES
+        return self.model in FAMILY_NAMES
 
 
 def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, num_labels: int,
                              generator: torch.Generator):
     """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only."""
+    from raptor.data import check_tokenizer_matches_model, load_tokenizer, train_wordpiece
+    from raptor.moe.adapters import get_adapter
+    from raptor.moe.models import TinySize, build_model, load_model
+
     if source.is_tiny:
         tokenizer = load_tokenizer(source.tokenizer) if source.tokenizer else \
             train_wordpiece(public.corpus(), vocab_size=source.vocab_size, lowercase=True)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from raptor.errors import ConfigError
-from raptor.moe.adapters import MoELayerInfo
+from raptor.moe.adapters import MoELayerInfo, get_adapter
 from raptor.roles import public_stats as ps
 from raptor.roles.layer_choice import LayerChoice, choose_from_owners
 from raptor.training.config import TrainConfig
@@ -50,6 +50,35 @@ class PublicStage:
                 "denominators": {str(k): v for k, v in self.denominators.items() if stream_of(k) == "expert"}}
 
 
+def public_needs(config: TrainConfig, spec: MethodSpec, *, trains_tokenizer: bool = False) -> tuple[str, ...]:
+    """What a run computes from public data, each with the flag that avoids it (empty: nothing, and
+    a DP run may go without a public corpus: :mod:`raptor.data.public_source`, kind ``none``).
+
+    ``trains_tokenizer``: a tiny random-init family whose WordPiece is trained on the public corpus.
+    """
+    needs = []
+    if trains_tokenizer:
+        needs.append("the tokenizer of a tiny random-init model (or give --tokenizer)")
+    if spec.uses_layers and config.layers == "auto":
+        needs.append("the automatic layer choice (--layers auto; or give --layers, e.g. --layers 1)")
+    if spec.grouping == "roles" and "expert" in spec.streams:
+        if config.privacy.denominator == "public":
+            needs.append("the public expert denominators (--denominator public; or --denominator uniform)")
+        if config.privacy.clip_rule != "uniform":
+            needs.append(f"the per-expert clip norms (--clip-rule {config.privacy.clip_rule}; or uniform)")
+    return tuple(needs)
+
+
+def check_labelled(labelled: bool, config: TrainConfig, spec: MethodSpec) -> None:
+    """An unlabelled public corpus (a model's ``public.txt``) gives routing statistics but no
+    public gradient norms: refuse the public per-expert clip rules with it."""
+    if not labelled and spec.grouping == "roles" and "expert" in spec.streams and \
+            config.privacy.clip_rule != "uniform":
+        raise ConfigError(f"--clip-rule {config.privacy.clip_rule} needs labelled public records (public gradient "
+                          "norms) but the public corpus is unlabelled text; use --clip-rule uniform or give "
+                          "--public-file with labels")
+
+
 def batches(records: Records, size: int, device) -> list[dict[str, torch.Tensor]]:
     n = int(records["labels"].shape[0])
     return [{k: v[s:s + size].to(device) for k, v in records.items()} for s in range(0, n, size)]
@@ -62,6 +91,8 @@ def public_routing(model: nn.Module, public: Records, config: TrainConfig) -> di
     """
     from raptor.per_sample.engine import PerRecordEngine
 
+    if int(public["labels"].shape[0]) == 0:  # no public corpus: every layer's owner list is empty
+        return {info.index: torch.zeros(0, dtype=torch.long) for info in get_adapter(model).moe_layers(model)}
     saved = {n: p.requires_grad for n, p in model.named_parameters()}
     router_engine = PerRecordEngine(model, trained_layers=(), grouping="dense")
     owners = ps.concat_owners(router_engine.route(b) for b in

@@ -57,6 +57,13 @@ from raptor.training.step_plan import StepPlan
 Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
 
 
+def _jsonish(obj):
+    """``obj`` as it reads back from JSON (tuples as lists, keys as strings, inf as a float)."""
+    import json
+
+    return json.loads(json.dumps(obj, default=str))
+
+
 def make_optimizer(params: list[nn.Parameter], config, lr: float) -> torch.optim.Optimizer:
     """AdamW (betas, eps, weight decay from ``config``) or SGD (momentum, weight decay)."""
     if config.name == "adamw":
@@ -110,6 +117,8 @@ class Trainer:
         self._names = {id(p): n for n, p in self.params.items()}
         self.optimizers = self._make_optimizers()
         self.state = TrainState()
+        self.artifacts: dict = {}  # extra checkpoint files: the initial weights and the tokenizer (fine_tune)
+        self.fingerprint: dict = {}  # what a resumed run must share (raptor.training.run_checks)
         self.micro_batch = None
         self.micro_batch_size = config.performance.micro_batch_size
         if config.performance.memory_budget_mib is not None:
@@ -208,16 +217,33 @@ class Trainer:
         return float(self.ledger.epsilon(self.delta)) if len(self.ledger) else 0.0
 
     # ------------------------------------------------------------------ the loop
-    def fit(self, *, progress: bool = True, checkpoint_every: int = 0) -> dict:
-        """Run the remaining planned updates, evaluating every ``eval_every`` steps and at the end."""
+    def fit(self, *, progress: bool = True, checkpoint_every: int = 0, checkpoint_start: bool = False) -> dict:
+        """Run the remaining planned updates, evaluating every ``eval_every`` steps and at the end.
+
+        Checkpoints go to ``config.output_path / "checkpoint"``: every ``checkpoint_every`` steps,
+        and with ``checkpoint_start`` before the first update of a new run (a run killed before its
+        first periodic checkpoint still resumes exactly). A step that would exceed the budget
+        (:class:`BudgetExceededError`) saves a checkpoint first when checkpointing is on, then
+        raises with ``err.results`` holding :meth:`results`.
+        """
         from tqdm.auto import tqdm
 
         total = self.plan.steps
         every = self.config.eval_every
+        checkpointing = bool(checkpoint_every or checkpoint_start)
+        if checkpoint_start and self.state.step == 0:
+            self.save(self.config.output_path / "checkpoint")
         bar = tqdm(total=total, initial=self.state.step, disable=not progress, desc=self.config.method)
         while self.state.step < total:
             start = time.perf_counter()
-            self.step()
+            try:
+                self.step()
+            except BudgetExceededError as err:  # save the work first, then stop
+                bar.close()
+                if checkpointing:
+                    self.save(self.config.output_path / "checkpoint")
+                err.results = self.results()
+                raise
             self.state.step_seconds += time.perf_counter() - start
             t = self.state.step
             if (every and t % every == 0) or t == total:
@@ -272,27 +298,49 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path) -> None:
-        """Checkpoint: trainable params, optimizers, ledger, (seeded runs) RNG states, step, config."""
+        """Checkpoint: trainable params, optimizers, ledger, generator states, step, config, the plan
+        (public statistics), the fingerprint and :attr:`artifacts`. The generator states are kept in
+        every checkpoint except the final one of a secure run (:mod:`raptor.training.checkpoint`)."""
+        final = self.state.step >= self.plan.steps
         save_checkpoint(
             path, model=self.model, optimizers=self.optimizers,
             ledger=self.ledger.to_dict() if self.ledger is not None else {},
             generators=self.generators, secure_rng=self.config.privacy.secure_rng, step=self.state.step,
-            config=self.config.to_dict(),
+            save_rng=not (self.config.privacy.secure_rng and final),
+            config=self.config.to_dict(), fingerprint=self.fingerprint, artifacts=self.artifacts,
             extra={"unaccounted_steps": self.state.unaccounted_steps, "evals": self.state.evals,
+                   "plan": self.plan.to_dict(),
                    "nonfinite_records": self.state.nonfinite_records, "step_seconds": self.state.step_seconds},
         )
 
     def resume(self, path, ledger_from_dict) -> None:
-        """Continue from a checkpoint of the same run: same config (privacy and method), the saved
-        ledger continued (``ledger_from_dict`` rebuilds it, e.g. ``PrivacyLedger.from_dict``)."""
-        state = load_checkpoint(path, model=self.model, optimizers=self.optimizers, generators=self.generators)
+        """Continue from a checkpoint of the same run: same config (privacy and method), same
+        fingerprint (:mod:`raptor.training.run_checks`), the same public statistics and plan, the
+        saved ledger continued (``ledger_from_dict`` rebuilds it, e.g. ``PrivacyLedger.from_dict``)
+        and the saved generator states."""
+        from raptor.errors import CheckpointError
+
+        if self.fingerprint:
+            from raptor.training.run_checks import check_resumable
+
+            check_resumable(path, self.fingerprint)  # before any file is loaded into this run
+        state = load_checkpoint(path, model=self.model, optimizers=self.optimizers, generators=self.generators,
+                                ledger_from_dict=ledger_from_dict if self.ledger is not None else None)
+        saved_plan = state["extra"].get("plan")
+        if saved_plan is not None and _jsonish(saved_plan) != _jsonish(self.plan.to_dict()):
+            raise CheckpointError(f"--resume {path}: the plan and public statistics (owner shares, n_hat, clip norms, "
+                                  "chosen layers, sigmas) of this run differ from the saved ones, so it would not "
+                                  "continue the same run; resume with the same model, data and settings")
+        if self.config.privacy.secure_rng and not state["rng_saved"] and state["step"] < self.plan.steps:
+            raise CheckpointError(f"--resume {path}: the checkpoint holds no generator state, so the run cannot "
+                                  "continue exactly")
         saved = TrainConfig.from_dict(state["config"])
         if saved.privacy != self.config.privacy or saved.method != self.config.method \
                 or saved.batch_size != self.config.batch_size:
             raise ConfigError(f"checkpoint {path} was written by a run with a different method, batch size or "
                               "privacy config; resume with the same settings")
         if self.ledger is not None:
-            self.ledger = ledger_from_dict(state["ledger"])
+            self.ledger = state["ledger_object"]
         extra = state["extra"]
         self.state = TrainState(step=state["step"], unaccounted_steps=extra["unaccounted_steps"],
                                 nonfinite_records=extra["nonfinite_records"], evals=list(extra["evals"]),

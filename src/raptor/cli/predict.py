@@ -1,0 +1,112 @@
+"""Predict labels with a model a ``raptor train`` run saved: ``raptor predict --model OUTPUT_DIR --input FILE``.
+
+``--model`` is the run's output directory (its ``model/`` is used) or that ``model/`` directory
+itself. ``--input`` is a CSV/TSV/JSONL file with the text column(s) (a label column is not
+needed). The output (``--output``, default ``FILE.predictions.csv``; ``.jsonl`` writes JSON Lines)
+has one row per input record: its line, the predicted label and each label's probability (for a
+regression model: its line and the predicted score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from raptor.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="OUTPUT_DIR of a raptor train run, or its model/ directory")
+    parser.add_argument("--input", required=True, help="CSV/TSV/JSONL file with the text column(s)")
+    parser.add_argument("--output", default=None,
+                        help="predictions file, .csv or .jsonl (default: INPUT.predictions.csv)")
+    parser.add_argument("--text-column", nargs="+", default=None,
+                        help="one text column, or two for pairs (default: sentence1 sentence2, sentence or text)")
+    parser.add_argument("--max-length", type=int, default=None,
+                        help="tokens per record (default: the training run's, else 128)")
+    parser.add_argument("--batch-size", type=int, default=64, help="records per forward pass (default 64)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
+
+
+def model_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    if (path / "config.json").is_file():
+        return path
+    raise ConfigError(f"--model {path}: no model here; give the OUTPUT_DIR of a raptor train run or its model/ dir")
+
+
+def read_texts(path: str | Path, text_columns) -> tuple[list[int], list[str], list[str] | None]:
+    """(line numbers, texts, second texts or None) of an input file."""
+    from raptor.data.textio import read_table
+    from raptor.data.user_files import _resolve_text_columns, _text_value
+
+    table = read_table(path)
+    columns = _resolve_text_columns(table, text_columns)
+    table.require_columns(columns, role="text column")
+    texts = [_text_value(r, columns[0], table.name) for r in table.records]
+    pairs = [_text_value(r, columns[1], table.name) for r in table.records] if len(columns) == 2 else None
+    return [r.line for r in table.records], texts, pairs
+
+
+def run(args: argparse.Namespace) -> int:
+    from raptor.training.run_checks import check_device
+
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
+    out = Path(args.output) if args.output else Path(str(args.input) + ".predictions.csv")
+    if out.suffix not in (".csv", ".jsonl"):
+        raise ConfigError(f"--output {out}: must end in .csv or .jsonl")
+    if out.is_dir():
+        raise ConfigError(f"--output {out}: is a directory; give a file name")
+    check_device(args.device)
+    directory = model_dir(args.model)
+    lines, texts, pairs = read_texts(args.input, args.text_column)
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from raptor.data import ClassificationData, collate, encode, load_tokenizer
+    from raptor.moe.models import load_model
+    from raptor.training.final_model import read_label_names, read_max_length
+    from raptor.training.plain import classification_logits
+
+    names = read_label_names(directory)
+    max_length = args.max_length or read_max_length(directory) or 128
+    tokenizer = load_tokenizer(directory)
+    model = load_model(directory).to(args.device)
+    regression = not names
+    data = ClassificationData(tuple(texts), (0.0 if regression else 0,) * len(texts), tuple(names),
+                              tuple(pairs) if pairs else None, source=str(args.input),
+                              task_type="regression" if regression else "classification")
+    enc = encode(tokenizer, data, max_length=max_length)
+    rows = []
+    with torch.no_grad():
+        for start in tqdm(range(0, len(enc), args.batch_size), disable=args.no_progress, desc="predict"):
+            batch = collate(enc, range(start, min(start + args.batch_size, len(enc))))
+            batch = {k: v.to(args.device) for k, v in batch.items()}
+            logits = classification_logits(model, batch).float().cpu()
+            if regression:
+                rows.extend({"line": lines[start + i], "prediction": round(float(v), 6)}
+                            for i, v in enumerate(logits.reshape(-1).tolist()))
+                continue
+            probs = torch.softmax(logits, dim=-1)
+            for i, p in enumerate(probs.tolist()):
+                rows.append({"line": lines[start + i], "prediction": names[int(probs[i].argmax())],
+                             **{f"p_{n}": round(v, 6) for n, v in zip(names, p)}})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".jsonl":
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with out.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["line", "prediction"])
+            writer.writeheader()
+            writer.writerows(rows)
+    print(f"raptor predict: {len(rows):,} predictions written to {out}")
+    return 0
+
+

@@ -1,0 +1,204 @@
+"""Checks made before a run spends anything, and the fingerprint that ties a checkpoint to its run.
+
+* :func:`check_output_dir`: the output directory is usable (not a file, writable, not holding
+  another run unless overwriting is asked for), checked before any data is read.
+* :func:`check_device`: the ``--device`` exists on this machine.
+* :func:`check_model_name`: ``--model`` is a family name, a local model directory, or (only when a
+  hub may be reached) a hub name; otherwise an immediate error listing what is available.
+* :func:`flag_message`: ``PrivacyConfig.epsilon must be ...`` becomes ``--epsilon must be ...``.
+* :func:`fingerprint` / :func:`fingerprint_differences`: what a resumed run must share with the
+  run that wrote the checkpoint (config fields and digests of the records).
+
+Privacy: the record digests are SHA-256 of the private records; they are kept in the
+checkpoint only (as confidential as the data, see :mod:`raptor.training.checkpoint`), never in
+results.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from raptor.errors import ConfigError
+
+#: files whose presence in a directory means it holds a raptor run
+RUN_MARKERS = ("results.json", "checkpoint", "model")
+
+#: config field (dotted, as in TrainConfig.to_dict) -> the ``raptor train`` flag that sets it
+FIELD_FLAGS: dict[str, str] = {
+    "method": "--method", "epochs": "--epochs", "steps": "--steps", "batch_size": "--batch-size",
+    "seed": "--seed", "layers": "--layers", "num_auto_layers": "--num-auto-layers", "eval_every": "--eval-every",
+    "max_length": "--max-length", "privacy.epsilon": "--epsilon", "privacy.delta": "--delta",
+    "privacy.clip_shared": "--clip", "privacy.clip_expert": "--clip-expert", "privacy.clip_rule": "--clip-rule",
+    "privacy.shared_ratio": "--shared-ratio", "privacy.adjacency": "--adjacency",
+    "privacy.accountant": "--accountant", "privacy.schedule.alternate": "--alternate", "privacy.denominator": "--denominator",
+    "privacy.secure_rng": "--seed", "performance.micro_batch_size": "--micro-batch-size",
+    "performance.device": "--device", "optim.name": "--optimizer", "optim.lr": "--lr",
+    "optim.lr_expert": "--lr-expert", "performance.memory_budget_mib": "--memory-budget-mib",
+    "lora_rank": "--lora-rank",
+}
+_CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
+                 "OptimConfig": "optim."}
+#: fields that may differ between a run and its resumption (they change no release)
+RESUMABLE_FIELDS = ("eval_every", "output_dir", "performance.micro_batch_size", "performance.eval_batch_size",
+                    "performance.device", "performance.memory_budget_mib")
+
+
+def flag_message(err: ConfigError) -> ConfigError:
+    """The same error with a config field name replaced by the flag that sets it."""
+    text = str(err)
+    m = re.match(r"^(\w+Config)\.(\w+) (.*)$", text, re.S)
+    if m and m.group(1) in _CLASS_PREFIX:
+        flag = FIELD_FLAGS.get(_CLASS_PREFIX[m.group(1)] + m.group(2))
+        if flag:
+            return ConfigError(f"{flag} {m.group(3)}")
+    return err
+
+
+def check_output_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path:
+    """Raise :class:`ConfigError` unless ``path`` can receive this run's outputs."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--output-dir {path}: is an existing file; give a directory path")
+    parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise ConfigError(f"--output-dir {path}: {parent} is a file, so the directory cannot be created")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output-dir {path}: {parent} is not writable; choose a directory you can write to")
+    if path.is_dir() and not overwrite and not resume:
+        held = [m for m in RUN_MARKERS if (path / m).exists()]
+        if held:
+            raise ConfigError(f"--output-dir {path}: already holds a run ({', '.join(held)}); choose a new "
+                              "directory, pass --overwrite to replace it, or --resume PATH/checkpoint to continue it")
+    return path
+
+
+def check_device(device: str) -> None:
+    """``--device`` names a device this machine has (``cpu``, ``cuda``, ``cuda:N``, ``mps``)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ConfigError(f"--device {device!r} is not a device name; use cpu, cuda, cuda:N or mps") from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {device}: CUDA is not available on this machine (torch "
+                              f"{torch.__version__}, no usable GPU); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {device}: MPS is not available on this machine; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hugging Face hub can be used: huggingface_hub is not in offline mode and its
+    endpoint accepts a TCP connection within ``timeout`` seconds (one try, instead of the
+    library's minute of retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_model_name(name: str, families, shipped=()) -> None:
+    """``--model`` is a family, a local directory with config.json, or a hub name when a hub may be
+    reached; else an immediate error listing the families and the shipped models."""
+    path = Path(name)
+    if name in families:
+        return
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"--model {name}: not a model directory (no config.json); give a save_pretrained "
+                              f"directory, a family ({', '.join(families)}) or a hub name")
+        return
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or "/" not in name
+    if looks_local or not hub_reachable():
+        why = "no such family or directory" if looks_local else "not a local directory, and the hub cannot be reached"
+        ship = f"; shipped models: {', '.join(shipped)}" if shipped else "; no shipped models in this version"
+        raise ConfigError(f"--model {name}: {why}. Families (random init): {', '.join(families)}{ship}")
+
+
+def _digest(data) -> str | None:
+    """SHA-256 of a :class:`~raptor.data.ClassificationData` (texts, second texts, labels, label names)."""
+    if data is None:
+        return None
+    import json
+
+    payload = [list(data.texts), None if data.text_pairs is None else list(data.text_pairs), list(data.labels),
+               list(data.label_names)]
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def fingerprint(config_dict: dict, *, model: str, train, public, validation, label_names, public_source) -> dict:
+    """What must be equal for a checkpoint to be resumed: the config (less :data:`RESUMABLE_FIELDS`),
+    the model, the label names, the public source and the digests of the record sets (raw texts and
+    labels, so a mismatch is found before anything is tokenized). ``validation``: one split, or
+    ``{name: split}``."""
+    import json
+
+    cfg = {k: v for k, v in _flatten(config_dict).items() if k not in RESUMABLE_FIELDS}
+    cfg = json.loads(json.dumps(cfg, default=str))  # tuples as lists, as read back from state.json
+    if isinstance(validation, dict):
+        dev = _digest_text(json.dumps({k: _digest(v) for k, v in validation.items()})) if validation else None
+    else:
+        dev = _digest(validation)
+    return {"config": cfg, "model": str(model), "label_names": list(label_names), "public_source": public_source,
+            "data": {"private records": _digest(train), "public records": _digest(public), "dev records": dev}}
+
+
+def _digest_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def fingerprint_differences(saved: dict, now: dict) -> list[str]:
+    """Human-readable differences, flags named; the method change said in words first."""
+    out = []
+    s_cfg, n_cfg = saved.get("config", {}), now.get("config", {})
+    if s_cfg.get("method") != n_cfg.get("method"):
+        out.append(f"the method changed: the checkpoint was written by a --method {s_cfg.get('method')} run, "
+                   f"this run asks for --method {n_cfg.get('method')}")
+    for key in sorted(set(s_cfg) | set(n_cfg)):
+        if key == "method" or s_cfg.get(key) == n_cfg.get(key):
+            continue
+        out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {s_cfg.get(key)!r} -> {n_cfg.get(key)!r}")
+    for key in ("model", "label_names", "public_source"):
+        if saved.get(key) != now.get(key):
+            out.append(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}")
+    for key, value in now.get("data", {}).items():
+        if saved.get("data", {}).get(key) != value:
+            out.append(f"{key}: different records (the data file or its size changed)")
+    return out
+
+
+def check_resumable(checkpoint, now: dict) -> None:
+    """:class:`ConfigError` listing what differs between this run and the checkpoint's run."""
+    from raptor.training.checkpoint import read_state
+
+    diff = fingerprint_differences(read_state(checkpoint).get("fingerprint", {}), now)
+    if diff:
+        raise ConfigError(f"--resume {checkpoint}: this run differs from the one that wrote the checkpoint: "
+                          + "; ".join(diff) + ". Resume with the same settings and data, or start a new run")
