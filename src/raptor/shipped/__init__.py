@@ -1,9 +1,16 @@
 """Pre-trained models shipped inside the package, by short name.
 
 Each lives in ``raptor/data/pretrained/<name>/`` (``config.json``, ``model.safetensors`` in
-float16, ``tokenizer.json``, ``pretrain.json``, ``ATTRIBUTION.md``), was made by the
-``raptor pretrain`` command in its ``pretrain.json`` and README entry, and saw PUBLIC text only.
-``--model NAME`` and ``--tokenizer NAME`` accept these names.
+float16, ``tokenizer.json``, ``pretrain.json``, ``ATTRIBUTION.md``, ``public_corpus.txt``,
+``SHA256SUMS``), was made by the seeded ``raptor pretrain`` command in its ``pretrain.json`` and the
+README's "Shipped model" section (``experiments/pretrain_switch.sh``, then
+``experiments/ship_pretrained.py``), and saw PUBLIC text only. ``--model NAME`` and
+``--tokenizer NAME`` accept these names.
+
+:func:`public_corpus` gives a model directory's declared public corpus (``public_corpus.txt``:
+held-out lines of its public pre-training text, one text per line), which a run may use as its
+public data (routing statistics, public denominators, layer choice) when the user gives no
+``--public-file``: privacy rule 2's "public corpus of a pre-trained model".
 """
 
 from __future__ import annotations
@@ -11,7 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 #: short name -> one-line description
-SHIPPED: dict[str, str] = {}
+SHIPPED: dict[str, str] = {
+    "switch-public-tiny": ("Switch Transformer encoder (d_model 128, 4 sparse layers of 8 experts, top-1), "
+                           "masked-token pre-trained on public English text (Wikipedia, WikiText-2, "
+                           "TinyStories, Gutenberg; no IMDB), with its WordPiece tokenizer"),
+}
+
+#: the file, inside a pre-trained model directory, that holds its declared public corpus
+PUBLIC_CORPUS_FILE = "public_corpus.txt"
 
 
 def shipped_dir() -> Path:
@@ -28,3 +42,17 @@ def resolve(name_or_path):
     if isinstance(name_or_path, str) and name_or_path in SHIPPED and not Path(name_or_path).exists():
         return shipped_dir() / name_or_path
     return name_or_path
+
+
+def public_corpus(name_or_dir) -> Path | None:
+    """The declared public corpus of a model (a shipped name or a local directory): the path of its
+    ``public_corpus.txt`` (UTF-8, one public text per line), or ``None`` when it has none (a tiny
+    family name, a hub name, a directory without that file).
+
+    Reads nothing but the file's existence; what the corpus may be used for is the caller's rule.
+    """
+    path = Path(resolve(name_or_dir))
+    if not path.is_dir():
+        return None
+    corpus = path / PUBLIC_CORPUS_FILE
+    return corpus if corpus.is_file() else None
