@@ -42,7 +42,10 @@ class ModelSource:
 
 def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, num_labels: int,
                              generator: torch.Generator):
-    """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only."""
+    """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only.
+
+    ``generator`` (the run's seeded or secure one) draws a tiny family's weights, or the parameters a
+    pre-trained checkpoint lacks (its new classification head); never the global RNG."""
     if source.is_tiny:
         tokenizer = load_tokenizer(source.tokenizer) if source.tokenizer else \
             train_wordpiece(public.corpus(), vocab_size=source.vocab_size, lowercase=True)
@@ -53,6 +56,6 @@ def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, nu
         model = build_model(source.model, num_labels=num_labels, generator=generator, size=size)
     else:
         tokenizer = load_tokenizer(source.tokenizer or source.model)
-        model = load_model(source.model, num_labels=num_labels)
+        model = load_model(source.model, num_labels=num_labels, generator=generator)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model, tokenizer
