@@ -35,7 +35,7 @@ DEFAULT_MODEL = "switch-public-tiny"
 PUBLIC_SOURCES = ("model", "sample")
 
 #: the demo's settings, chosen on this machine (see README "Demo"); every one is a flag
-DEFAULTS = dict(epsilon=1.0, epochs=2.0, batch_size=512, lr=1e-3, clip=1.0, clip_expert=1.0, max_length=40,
+DEFAULTS = dict(epsilon=1.0, epochs=2.0, batch_size=512, optimizer="adamw", lr=1e-3, momentum=0.0, clip=1.0, clip_expert=1.0, max_length=40,
                 public_size=400, micro_batch_size=64, evaluations=8)
 
 
@@ -53,7 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=float, default=d["epochs"], help=f"passes over the private records (default {d['epochs']:g})")
     parser.add_argument("--batch-size", type=int, default=d["batch_size"],
                         help=f"expected Poisson batch size (default {d['batch_size']})")
-    parser.add_argument("--lr", type=float, default=d["lr"], help=f"AdamW learning rate (default {d['lr']:g})")
+    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default=d["optimizer"],
+                        help=f"optimizer of every stream (default {d['optimizer']})")
+    parser.add_argument("--lr", type=float, default=d["lr"], help=f"learning rate (default {d['lr']:g})")
+    parser.add_argument("--momentum", type=float, default=d["momentum"],
+                        help=f"SGD momentum (default {d['momentum']:g})")
     parser.add_argument("--clip", type=float, default=d["clip"], help=f"shared (and dense) clip norm (default {d['clip']:g})")
     parser.add_argument("--clip-expert", type=float, default=d["clip_expert"],
                         help=f"expert clip norm (default {d['clip_expert']:g})")
@@ -81,6 +85,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name in ("batch_size", "max_length", "public_size", "evaluations", "micro_batch_size"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if not 0.0 <= args.momentum < 1.0:
+        raise ConfigError(f"--momentum must lie in [0, 1), got {args.momentum}")
     for name in ("epsilon", "epochs", "lr", "clip", "clip_expert"):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
@@ -118,7 +124,8 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
         privacy=PrivacyConfig(epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
                               clip_expert=args.clip_expert, secure_rng=args.seed is None),
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, eval_batch_size=256),
-        optim=OptimConfig(lr=args.lr),
+        optim=OptimConfig(name=args.optimizer, lr=args.lr, momentum=args.momentum,
+                          weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )
 
 
@@ -225,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         "public": {"source": args.public, "description": public_desc, "records": len(public)},
         "private_records": len(private), "dev_records": len(dev), "dev_majority_class_accuracy": majority,
         "start_accuracy": start, "randomness": randomness,
-        "settings": {k: getattr(args, k) for k in ("epsilon", "delta", "epochs", "batch_size", "lr", "clip",
+        "settings": {k: getattr(args, k) for k in ("epsilon", "delta", "epochs", "batch_size", "optimizer", "lr",
+                                                    "momentum", "clip",
                                                     "clip_expert", "max_length", "evaluations", "seed")},
         "table": [{k: r[k] for k in ("method", "dev_accuracy", "epsilon", "delta", "seconds", "steps")} for r in rows],
         "runs": {r["method"]: {k: v for k, v in r.items() if k != "method"} for r in rows},
