@@ -1,17 +1,23 @@
-"""`raptor demo`: a short run end to end, reproducibility, no global RNG, argument errors."""
+"""`raptor demo`: private fine-tuning of the shipped warm start on the bundled sample, end to end on a
+tiny budget; its public data, its outputs, no file outside the package, no global RNG; argument errors."""
 
 from __future__ import annotations
 
 import argparse
+import builtins
+import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from raptor.cli import demo
 from raptor.cli.main import main
-from raptor.data import ClassificationData, encode, train_wordpiece
-from raptor.moe.models import build_model, load_model
+from raptor.data import load_bundled_sst2
+from raptor.shipped import public_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -21,79 +27,97 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def short_args(out, *extra: str) -> argparse.Namespace:
-    return parse("--epochs", "1", "--max-train-samples", "200", "--max-eval-samples", "100",
-                 "--vocab-size", "800", "--output-dir", str(out), "--no-progress", *extra)
+    return parse("--max-train-samples", "120", "--max-eval-samples", "40", "--batch-size", "32", "--epochs", "0.5",
+                 "--max-length", "16", "--evaluations", "2", "--micro-batch-size", "32", "--seed", "0",
+                 "--output-dir", str(out), "--no-progress", *extra)
 
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
+    opened: list[str] = []
+    real_open, real_io_open = builtins.open, io.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def spy_io(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_io_open(file, *args, **kwargs)
+
     rng_before = torch.random.get_rng_state()
-    assert demo.run(short_args(out)) == 0
-    rng_after = torch.random.get_rng_state()
-    return out, json.loads((out / "results.json").read_text()), torch.equal(rng_before, rng_after)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(builtins, "open", spy)
+    mp.setattr(io, "open", spy_io)
+    try:
+        assert demo.run(short_args(out)) == 0
+    finally:
+        mp.undo()
+    untouched = torch.equal(rng_before, torch.random.get_rng_state())
+    return out, json.loads((out / "results.json").read_text()), untouched, opened
 
 
-def test_writes_results(short_run):
-    out, results, _ = short_run
-    assert results["private"] is False
-    assert results["train_records"] == 200 and results["dev_records"] == 100
-    assert results["public_records"] == 1600  # 20% of the 8,000 bundled train records
-    assert results["steps"] == 7  # ceil(200 / 32)
-    assert 0.0 <= results["dev_accuracy"] <= 1.0
-    assert results["model_family"] == "switch_transformers"
-    assert (out / "tokenizer" / "tokenizer.json").is_file()
+def test_writes_the_side_by_side_results_and_the_plot(short_run):
+    out, results, _, _ = short_run
+    assert results["private"] is True and results["model"] == demo.DEFAULT_MODEL
+    assert [row["method"] for row in results["table"]] == ["raptor", "dpsgd"]
+    for row in results["table"]:
+        assert 0.0 <= row["dev_accuracy"] <= 1.0 and row["seconds"] > 0 and row["steps"] == 2
+        assert 0.0 < row["epsilon"] <= 1.0 + 1e-9 and 0.0 < row["delta"] < 1 / 120
+    for run in results["runs"].values():
+        assert [p["step"] for p in run["curve"]] == [0, 1, 2]
+        assert run["curve"][-1]["accuracy"] == run["dev_accuracy"]
+    assert results["private_records"] == 120 and results["dev_records"] == 40
+    assert (out / "accuracy.png").stat().st_size > 1000
 
 
-def test_saved_model_reloads_and_predicts_the_same(short_run):
-    out, _, _ = short_run
-    model = load_model(out / "model")
-    assert model.config.model_type == "switch_transformers"
-    ids = torch.tensor([[2, 10, 11, 3]])
-    with torch.no_grad():
-        assert model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.shape == (1, 2)
+def test_public_data_is_the_models_declared_corpus(short_run):
+    _, results, _, _ = short_run
+    lines = public_corpus(demo.DEFAULT_MODEL).read_text(encoding="utf-8").splitlines()
+    assert results["public"]["source"] == "model" and results["public"]["records"] == len(lines)
+    assert "public_corpus.txt" in results["public"]["description"]
+
+
+def test_reads_nothing_outside_the_package(short_run):
+    _, _, _, opened = short_run
+    assert opened, "the spy saw no file: it would not catch a read of ../shared"
+    shared = (ROOT.parent / "shared").resolve()
+    assert not any(Path(p).resolve().is_relative_to(shared) or "/shared/data" in p for p in opened)
+    assert any("bundled" in p for p in opened) or any("pretrained" in p for p in opened)
 
 
 def test_global_rng_untouched(short_run):
     assert short_run[2], "the demo drew from or reseeded the global torch RNG"
 
 
-def test_same_seed_same_result(short_run, tmp_path):
-    _, first, _ = short_run
-    demo.run(short_args(tmp_path))
-    again = json.loads((tmp_path / "results.json").read_text())
-    assert again["dev_accuracy"] == first["dev_accuracy"]
-    assert again["final_epoch_mean_train_loss"] == first["final_epoch_mean_train_loss"]
+def test_the_sample_public_split_is_removed_from_the_private_records():
+    train = load_bundled_sst2().train
+    public, private, desc = demo.declare_public(parse("--public", "sample", "--public-size", "400"), train)
+    assert len(public) == 400 and len(private) == len(train) - 400 and "public split" in desc
 
 
-def test_training_loop_learns_a_separable_toy_task():
-    texts = tuple(["good great fine"] * 16 + ["bad awful poor"] * 16)
-    data = ClassificationData(texts, (1,) * 16 + (0,) * 16, ("neg", "pos"))
-    tok = train_wordpiece(texts, vocab_size=40, min_frequency=1)
-    enc = encode(tok, data, max_length=8)
-    model = build_model("switch_transformers", generator=torch.Generator().manual_seed(0),
-                        size=demo.model_size(len(tok), 8))
-    losses = demo.train_non_private(model, enc, epochs=6, batch_size=8, lr=3e-3,
-                                    generator=torch.Generator().manual_seed(1), progress=False)
-    assert len(losses) == 24
-    assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4
-    assert demo.accuracy(model, enc) == 1.0
-
-
-def test_help_lists_demo(capsys):
+def test_help_lists_the_settings(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--output-dir", "--max-length"):
+    for flag in ("--model", "--methods", "--epsilon", "--lr", "--clip", "--public", "--seed", "--output-dir"):
         assert flag in out
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--epochs", "0"], "--epochs must be a positive integer"),
+    (["--epsilon", "0"], "--epsilon must be a positive finite number"),
     (["--lr", "-1"], "--lr must be a positive finite number"),
+    (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--max-train-samples", "0"], "--max-train-samples must be a positive integer"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, argv, message):
     assert main(["demo", "--output-dir", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_model_without_a_public_corpus_is_refused_with_the_flag_to_use(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["demo", "--model", str(tmp_path), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "--public sample" in capsys.readouterr().err

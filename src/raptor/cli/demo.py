@@ -1,220 +1,248 @@
-"""Train a tiny Switch model NON-privately on the bundled SST-2 sample and print dev accuracy.
+"""Fine-tune the shipped pre-trained Switch MoE PRIVATELY on the bundled SST-2 sample: RAPTOR vs DP-SGD.
 
-The main job of the foundation issue (a later issue replaces it with a DP demo). Steps:
+The main job (``make demo``). Steps:
 
-1. load the SST-2 sample shipped inside the package (8,000 train / 872 dev records);
-2. split off a public slice of the train records (``--public-size``, default 20%) and train a
-   WordPiece tokenizer on it only; the model trains on the remaining (private) records;
-3. build a tiny ``switch_transformers`` classifier (random init from a seeded ``torch.Generator``);
-4. train it with AdamW (linear warm-up and decay), shuffling with its own seeded generator, with a
-   tqdm progress bar showing the loss;
-5. print the dev accuracy and write ``results.json``, the tokenizer and the model to
+1. load the SST-2 sample shipped inside the package (8,000 train / 872 dev records); every train
+   record is PRIVATE;
+2. declare the public corpus: by default the shipped model's own (``public_corpus.txt``, held-out
+   lines of its public pre-training text: :func:`raptor.shipped.public_corpus`), or with
+   ``--public sample`` the bundled sample's documented public split (``--public-size`` records
+   chosen by position, removed from the private set). It gives the public routing statistics,
+   the public denominators n_hat and the layer choice; no private record is used for them;
+3. for each method (``raptor`` and ``dpsgd`` by default): load the shipped warm start
+   (``--model``), start the classification head from the label words ``negative``/``positive``,
+   and fine-tune with ``raptor.fine_tune`` at (epsilon, delta) = (``--epsilon``, ``--delta``), with a
+   progress bar;
+4. print a side-by-side table (dev accuracy, epsilon spent, delta, seconds), write
+   ``results.json`` and ``accuracy.png`` (dev accuracy over updates, both methods) to
    ``--output-dir`` (default ``runs/demo``).
 
-No privacy: this trains on the private records with plain AdamW. Nothing here is DP.
-
-Measured on this project's 2-core machine (1 torch thread): about 30 s of CPU time, 35-80 s wall
-depending on what else runs; dev accuracy 0.755 / 0.748 / 0.772 for seeds 0 / 1 / 2 (majority
-class 0.509).
+Randomness: without ``--seed``, sampling and noise come from the OS CSPRNG (a real DP run);
+``--seed`` makes it reproducible and NOT secure. Reads nothing outside the package.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import time
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-
-from raptor import __version__
-from raptor.data import (
-    EncodedData,
-    check_tokenizer_matches_model,
-    collate,
-    encode,
-    load_bundled_sst2,
-    save_tokenizer,
-    split_public_private,
-    train_wordpiece,
-)
 from raptor.errors import ConfigError
-from raptor.moe.models import TinySize, build_model
 
-FAMILY = "switch_transformers"
+DEFAULT_MODEL = "switch-public-tiny"
+PUBLIC_SOURCES = ("model", "sample")
+
+#: the demo's settings, chosen on this machine (see README "Demo"); every one is a flag
+DEFAULTS = dict(epsilon=1.0, epochs=2.0, batch_size=512, optimizer="adamw", lr=1e-3, momentum=0.0, clip=1.0, clip_expert=1.0, max_length=40,
+                public_size=400, micro_batch_size=64, evaluations=8)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--epochs", type=int, default=4, help="passes over the training records (default 4)")
-    parser.add_argument("--batch-size", type=int, default=32, help="records per step (default 32)")
-    parser.add_argument("--lr", type=float, default=5e-4, help="AdamW peak learning rate (default 5e-4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the init, shuffling and public split (default 0)")
+    from raptor.training.config import METHODS
+
+    d = DEFAULTS
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a shipped model name or a save_pretrained directory (default {DEFAULT_MODEL})")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["raptor", "dpsgd"],
+                        help="methods to compare (default raptor dpsgd)")
+    parser.add_argument("--epsilon", type=float, default=d["epsilon"], help=f"epsilon budget per run (default {d['epsilon']:g})")
+    parser.add_argument("--delta", type=float, default=None,
+                        help="delta (default: a power of ten below 1/(N ln N): 1e-05 for the 8,000 records)")
+    parser.add_argument("--epochs", type=float, default=d["epochs"], help=f"passes over the private records (default {d['epochs']:g})")
+    parser.add_argument("--batch-size", type=int, default=d["batch_size"],
+                        help=f"expected Poisson batch size (default {d['batch_size']})")
+    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default=d["optimizer"],
+                        help=f"optimizer of every stream (default {d['optimizer']})")
+    parser.add_argument("--lr", type=float, default=d["lr"], help=f"learning rate (default {d['lr']:g})")
+    parser.add_argument("--momentum", type=float, default=d["momentum"],
+                        help=f"SGD momentum (default {d['momentum']:g})")
+    parser.add_argument("--clip", type=float, default=d["clip"], help=f"shared (and dense) clip norm (default {d['clip']:g})")
+    parser.add_argument("--clip-expert", type=float, default=d["clip_expert"],
+                        help=f"expert clip norm (default {d['clip_expert']:g})")
+    parser.add_argument("--max-length", type=int, default=d["max_length"], help=f"tokens per record (default {d['max_length']})")
+    parser.add_argument("--public", choices=PUBLIC_SOURCES, default="model",
+                        help="public corpus: the model's own public_corpus.txt (default), or 'sample': "
+                             "--public-size records of the bundled train sample, removed from the private set")
+    parser.add_argument("--public-size", type=int, default=d["public_size"],
+                        help=f"records of the sample's public split with --public sample (default {d['public_size']})")
+    parser.add_argument("--evaluations", type=int, default=d["evaluations"],
+                        help=f"dev evaluations per run, evenly spaced (default {d['evaluations']})")
+    parser.add_argument("--micro-batch-size", type=int, default=d["micro_batch_size"],
+                        help=f"records per engine call (speed/memory only; default {d['micro_batch_size']})")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seeded, reproducible and NOT secure runs (default: OS CSPRNG)")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"),
-                        help="where results.json, the tokenizer and the model go (default runs/demo)")
-    parser.add_argument("--max-length", type=int, default=64, help="tokens per record after truncation (default 64)")
-    parser.add_argument("--public-size", type=float, default=0.2,
-                        help="fraction of the train records used as the public corpus for the tokenizer (default 0.2)")
-    parser.add_argument("--vocab-size", type=int, default=4000, help="WordPiece vocabulary size (default 4000)")
-    parser.add_argument("--max-train-samples", type=int, default=None,
-                        help="use only the first N training records after the split (for quick checks)")
-    parser.add_argument("--max-eval-samples", type=int, default=None,
-                        help="evaluate on only the first N dev records (for quick checks)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: the tiny model gains nothing from more, and "
-                             "loses much when other processes share the cores)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+                        help="where results.json and accuracy.png go (default runs/demo)")
+    parser.add_argument("--max-train-samples", type=int, default=None, help="use the first N private records (quick checks)")
+    parser.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on the first N dev records")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    positive = ("epochs", "batch_size", "max_length", "vocab_size", "threads")
-    for name in positive:
+    for name in ("batch_size", "max_length", "public_size", "evaluations", "micro_batch_size"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if not 0.0 <= args.momentum < 1.0:
+        raise ConfigError(f"--momentum must lie in [0, 1), got {args.momentum}")
+    for name in ("epsilon", "epochs", "lr", "clip", "clip_expert"):
         value = getattr(args, name)
-        if value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    if not (args.lr > 0 and math.isfinite(args.lr)):
-        raise ConfigError(f"--lr must be a positive finite number, got {args.lr}")
-    for name in ("max_train_samples", "max_eval_samples"):
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive finite number, got {value}")
+    for name in ("max_train_samples", "max_eval_samples", "threads", "seed"):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+        if value is not None and value < (0 if name == "seed" else 1):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a {'non-negative' if name == 'seed' else 'positive'} "
+                              f"integer, got {value}")
 
 
-def model_size(vocab_size: int, max_length: int) -> TinySize:
-    """The demo's model: 2 sparse encoder layers of 4 experts, d_model 64."""
-    return TinySize(vocab_size=vocab_size, hidden_size=64, num_layers=2, num_heads=4, num_experts=4, top_k=1,
-                    expert_intermediate=128, max_positions=max(64, max_length))
+def declare_public(args: argparse.Namespace, train):
+    """(public records, private records, a one-line description) for ``--public``."""
+    from raptor.data import split_public_private
+    from raptor.data.model_corpus import model_public_corpus
+
+    if args.public == "model":
+        public = model_public_corpus(args.model, train)
+        if public is None:
+            raise ConfigError(f"--model {args.model} carries no public corpus (public_corpus.txt); "
+                              "pass --public sample to use the bundled sample's public split")
+        return public, train, f"the model's public corpus: {public.source}"
+    split = split_public_private(train, public_size=args.public_size, seed=0)
+    return split.public, split.private, f"the bundled sample's public split: {split.rule}"
 
 
-def train_non_private(
-    model: torch.nn.Module,
-    train: EncodedData,
-    *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    generator: torch.Generator,
-    progress: bool = True,
-) -> list[float]:
-    """Plain (non-private) AdamW training with shuffled mini-batches; returns the per-step losses.
+def train_config(args: argparse.Namespace, method: str, steps_hint: int):
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
 
-    Linear warm-up over the first 6% of steps, then linear decay to zero; weight decay 0.01.
-    Shuffling draws from ``generator`` only.
-    """
-    steps_per_epoch = math.ceil(len(train) / batch_size)
-    total = epochs * steps_per_epoch
-    warmup = max(1, round(0.06 * total))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda t: min((t + 1) / warmup, max(0.0, (total - t) / max(1, total - warmup)))
+    nonprivate = method == "nonprivate"
+    return TrainConfig(
+        method=method, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
+        output_dir=str(args.output_dir / method), max_length=args.max_length,
+        eval_every=max(1, math.ceil(steps_hint / args.evaluations)),
+        privacy=PrivacyConfig(epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
+                              clip_expert=args.clip_expert, secure_rng=args.seed is None),
+        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, eval_batch_size=256),
+        optim=OptimConfig(name=args.optimizer, lr=args.lr, momentum=args.momentum,
+                          weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )
-    losses: list[float] = []
-    model.train()
-    bar = tqdm(total=total, desc="demo (non-private)", unit="step", disable=not progress)
-    for epoch in range(epochs):
-        order = torch.randperm(len(train), generator=generator).tolist()
-        for start in range(0, len(order), batch_size):
-            batch = collate(train, order[start : start + batch_size])
-            loss = model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            recent = losses[-steps_per_epoch:]
-            bar.set_postfix(epoch=epoch + 1, loss=f"{sum(recent) / len(recent):.4f}")
-            bar.update(1)
-    bar.close()
-    model.eval()
-    return losses
 
 
-@torch.no_grad()
-def accuracy(model: torch.nn.Module, data: EncodedData, *, batch_size: int = 128) -> float:
-    """Fraction of records whose argmax logit equals the label."""
-    model.eval()
-    correct = 0
-    for start in range(0, len(data), batch_size):
-        batch = collate(data, range(start, min(start + batch_size, len(data))))
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        correct += int((logits.argmax(dim=-1) == batch["labels"]).sum())
-    return correct / max(1, len(data))
+def run_method(args: argparse.Namespace, method: str, private, public, dev) -> dict:
+    """One private fine-tuning run from the warm start; a summary dict (with the full results)."""
+    from raptor.data import load_tokenizer
+    from raptor.data.loaders import to_records
+    from raptor.mechanisms import GeneratorSpec
+    from raptor.moe.models import load_model
+    from raptor.training.evaluator import Evaluator
+    from raptor.training.fine_tune import fine_tune
+    from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
+
+    started = time.perf_counter()
+    spec = GeneratorSpec(secure=args.seed is None, seed=args.seed)
+    model = load_model(args.model, num_labels=private.num_labels, generator=spec.make(3))
+    tokenizer = load_tokenizer(args.model)
+    init_head_from_label_words(model, tokenizer, LABEL_WORDS["sst2"])
+    steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
+    config = train_config(args, method, steps_hint)
+    start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
+    out = fine_tune(model, tokenizer, private, dev, config, public=public, progress=not args.no_progress)
+    r = out.results
+    curve = [{"step": 0, "accuracy": start_point["accuracy"], "epsilon": 0.0}] + \
+        [{"step": e["step"], "accuracy": e["accuracy"], "epsilon": e["epsilon"]} for e in r["evals"]]
+    return {"method": method, "dev_accuracy": r["final_accuracy"], "epsilon": r["epsilon"], "delta": r["delta"],
+            "seconds": time.perf_counter() - started, "steps": r["steps"], "curve": curve,
+            "trained_layers": r.get("trained_layers"), "sigma": r["sigma"], "results": r}
+
+
+def format_table(rows: list[dict], majority: float, start: float) -> str:
+    lines = [f"{'method':<12} {'dev accuracy':>12} {'epsilon':>9} {'delta':>8} {'seconds':>8}"]
+    for row in rows:
+        eps = "inf" if not math.isfinite(row["epsilon"]) else f"{row['epsilon']:.3f}"
+        delta = "-" if row["delta"] is None else f"{row['delta']:.0e}"
+        lines.append(f"{row['method']:<12} {row['dev_accuracy']:>12.4f} {eps:>9} {delta:>8} {row['seconds']:>8.0f}")
+    lines.append(f"(majority class {majority:.4f}; warm start with the label-word head, before training {start:.4f})")
+    return "\n".join(lines)
+
+
+def plot_curves(rows: list[dict], majority: float, path: Path, title: str) -> Path | None:
+    """Dev accuracy over updates, one line per method; ``None`` when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    for row in rows:
+        steps = [p["step"] for p in row["curve"]]
+        ax.plot(steps, [p["accuracy"] for p in row["curve"]], marker="o", ms=3,
+                label=f"{row['method']} ({row['dev_accuracy']:.3f}, eps {row['epsilon']:.2f})")
+    ax.axhline(majority, color="grey", ls="--", lw=1, label=f"majority class ({majority:.3f})")
+    ax.set_xlabel("update")
+    ax.set_ylabel("dev accuracy")
+    ax.set_title(title, fontsize=9)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from raptor import __version__
+    from raptor.data import load_bundled_sst2
+    from raptor.training.json_io import write_strict_json
+
     _check_args(args)
     started = time.perf_counter()
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     splits = load_bundled_sst2()
-    split = split_public_private(splits.train, public_size=args.public_size, seed=args.seed)
-    private = split.private
+    public, private, public_desc = declare_public(args, splits.train)
     if args.max_train_samples is not None:
         private = private.subset(range(min(args.max_train_samples, len(private))))
     dev = splits.validation
     if args.max_eval_samples is not None:
         dev = dev.subset(range(min(args.max_eval_samples, len(dev))))
-
-    tokenizer = train_wordpiece(split.public.corpus(), vocab_size=args.vocab_size, lowercase=True)
-    train_enc = encode(tokenizer, private, max_length=args.max_length)
-    dev_enc = encode(tokenizer, dev, max_length=args.max_length)
-
-    size = model_size(len(tokenizer), args.max_length)
-    init_generator = torch.Generator().manual_seed(args.seed)
-    shuffle_generator = torch.Generator().manual_seed(args.seed + 1)
-    model = build_model(FAMILY, num_labels=private.num_labels, generator=init_generator, size=size)
-    check_tokenizer_matches_model(tokenizer, model.config)
-    num_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"raptor demo (NON-private): tiny {FAMILY} ({num_params:,} parameters), "
-        f"{len(private):,} train / {len(dev):,} dev records, tokenizer of {len(tokenizer):,} tokens "
-        f"trained on {len(split.public):,} public records"
-    )
-
-    train_started = time.perf_counter()
-    losses = train_non_private(
-        model, train_enc, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        generator=shuffle_generator, progress=not args.no_progress,
-    )
-    train_seconds = time.perf_counter() - train_started
-    dev_accuracy = accuracy(model, dev_enc)
     majority = max(dev.label_counts()) / len(dev)
-    print(f"dev accuracy: {dev_accuracy:.4f}  (majority class: {majority:.4f}, {len(dev)} records)")
-
+    randomness = "OS CSPRNG (secure)" if args.seed is None else f"seed {args.seed} (reproducible, NOT secure)"
+    print(f"raptor demo: private fine-tuning of {args.model} on the bundled SST-2 sample: {len(private):,} private "
+          f"train / {len(dev):,} dev records; epsilon {args.epsilon:g} per method; randomness: {randomness}\n"
+          f"public data: {public_desc}")
+    rows = []
+    for method in args.methods:
+        row = run_method(args, method, private, public, dev)
+        rows.append(row)
+        print(f"{method}: dev accuracy {row['dev_accuracy']:.4f}, epsilon {row['epsilon']:.3f} at delta "
+              f"{row['delta']}, {row['steps']} updates, {row['seconds']:.0f} s")
+    start = rows[0]["curve"][0]["accuracy"]
+    print(format_table(rows, majority, start))
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_tokenizer(tokenizer, out / "tokenizer")
-    model.save_pretrained(str(out / "model"))
-    last = losses[-math.ceil(len(train_enc) / args.batch_size):]
+    png = plot_curves(rows, majority, out / "accuracy.png",
+                      f"{args.model} on the bundled SST-2 sample, epsilon {args.epsilon:g}")
     results = {
-        "command": "raptor demo",
-        "private": False,
-        "task": "sst2 (bundled sample)",
-        "model_family": FAMILY,
-        "model_size": size.__dict__,
-        "num_parameters": num_params,
-        "train_records": len(private),
-        "public_records": len(split.public),
-        "public_rule": split.rule,
-        "dev_records": len(dev),
-        "tokenizer_vocab_size": len(tokenizer),
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "seed": args.seed,
-        "max_length": args.max_length,
-        "steps": len(losses),
-        "final_epoch_mean_train_loss": sum(last) / len(last),
-        "dev_accuracy": dev_accuracy,
-        "dev_majority_class_accuracy": majority,
-        "train_seconds": round(train_seconds, 2),
-        "total_seconds": round(time.perf_counter() - started, 2),
-        "raptor_version": __version__,
-        "torch_version": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "command": "raptor demo", "private": True, "task": "sst2 (bundled sample)", "model": args.model,
+        "public": {"source": args.public, "description": public_desc, "records": len(public)},
+        "private_records": len(private), "dev_records": len(dev), "dev_majority_class_accuracy": majority,
+        "start_accuracy": start, "randomness": randomness,
+        "settings": {k: getattr(args, k) for k in ("epsilon", "delta", "epochs", "batch_size", "optimizer", "lr",
+                                                    "momentum", "clip",
+                                                    "clip_expert", "max_length", "evaluations", "seed")},
+        "table": [{k: r[k] for k in ("method", "dev_accuracy", "epsilon", "delta", "seconds", "steps")} for r in rows],
+        "runs": {r["method"]: {k: v for k, v in r.items() if k != "method"} for r in rows},
+        "total_seconds": time.perf_counter() - started, "raptor_version": __version__,
+        "torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out / 'results.json'}")
+    write_strict_json(out / "results.json", results)
+    print(f"wrote {out / 'results.json'}" + (f" and {png}" if png else
+          " (accuracy.png not written: matplotlib is missing; pip install 'raptor-dp[plot]')")
+          + f"; total {results['total_seconds']:.0f} s")
     return 0

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raptor.errors import ConfigError
+from raptor.shipped import PUBLIC_CORPUS_FILES as MODEL_PUBLIC_FILES  # one list of names, in raptor.shipped
 
-#: public corpus files a shipped / pre-trained model directory may carry, in order of preference
-MODEL_PUBLIC_FILES: tuple[str, ...] = ("public.jsonl", "public.csv", "public.tsv", "public.txt")
 #: the GLUE benchmark convention: this fraction of the benchmark's training split is public
 GLUE_PUBLIC_FRACTION: float = 0.05
 KINDS: tuple[str, ...] = ("file", "slice", "model-corpus", "glue-convention", "training-data", "none")
@@ -71,12 +70,9 @@ def model_public_corpus(model: str | None) -> Path | None:
     """The public corpus shipped with model ``model`` (a directory or a shipped model's short name), or None."""
     if not model:
         return None
-    from raptor.shipped import resolve
+    from raptor.shipped import public_corpus
 
-    root = Path(resolve(model))
-    if not root.is_dir():
-        return None
-    return next((root / n for n in MODEL_PUBLIC_FILES if (root / n).is_file()), None)
+    return public_corpus(model)
 
 
 def check_size(public_size: float) -> int | float:

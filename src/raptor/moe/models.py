@@ -31,7 +31,7 @@ from raptor.moe.adapters import TinySize, get_adapter, supported_model_types
 from raptor.moe.heads import OlmoeForSequenceClassification, SwitchForSequenceClassification
 
 __all__ = ["FAMILIES", "OlmoeForSequenceClassification", "SwitchForSequenceClassification", "TinySize",
-           "build_model", "classification_class", "init_weights_", "load_model", "tiny_config"]
+           "build_model", "classification_class", "init_missing_", "init_weights_", "load_model", "tiny_config"]
 
 #: the supported families, in registry order (one adapter entry each)
 FAMILIES: tuple[str, ...] = tuple(t for t in supported_model_types() if get_adapter(t).head_class is not None)
@@ -76,16 +76,19 @@ def init_weights_(model: nn.Module, generator: torch.Generator, std: float = 0.0
     Privacy: uses only the explicit generator; the global RNG is not touched.
     """
     for name, param in model.named_parameters():
-        if not param.is_floating_point():
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if param.ndim >= 2:
-            param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(std).to(param.dtype))
-        elif leaf == "bias" or name.endswith("_bias"):
-            param.zero_()
-        else:  # 1-D weights: norm scales
-            param.fill_(1.0)
+        if param.is_floating_point():
+            _init_parameter_(name, param, generator, std)
     return model
+
+
+def _init_parameter_(name: str, param: torch.Tensor, generator: torch.Generator, std: float) -> None:
+    leaf = name.rsplit(".", 1)[-1]
+    if param.ndim >= 2:
+        param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(std).to(param.dtype))
+    elif leaf == "bias" or name.endswith("_bias"):
+        param.zero_()
+    else:  # 1-D weights: norm scales
+        param.fill_(1.0)
 
 
 def build_model(
@@ -117,7 +120,29 @@ def build_model(
     return model
 
 
-def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwargs) -> nn.Module:
+def _missing_parameter_names(info: dict) -> set[str]:
+    """Parameter names ``from_pretrained`` had to create: missing, or resized (mismatched) keys."""
+    names = set(info.get("missing_keys") or ())
+    for entry in info.get("mismatched_keys") or ():
+        names.add(entry[0] if isinstance(entry, (tuple, list)) else entry)
+    return names
+
+
+@torch.no_grad()
+def init_missing_(model: nn.Module, names: set[str], generator: torch.Generator, std: float = 0.02) -> tuple[str, ...]:
+    """Re-initialise the parameters in ``names`` (those a checkpoint lacked, e.g. a new
+    classification head) by the rule of :func:`init_weights_`, from ``generator`` only; returns
+    the names re-initialised, sorted. Every other parameter keeps its loaded value."""
+    done = []
+    for name, param in model.named_parameters():
+        if name in names and param.is_floating_point():
+            _init_parameter_(name, param, generator, std)
+            done.append(name)
+    return tuple(sorted(done))
+
+
+def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
+               generator: torch.Generator | None = None, **kwargs) -> nn.Module:
     """Load a classification model from a local ``save_pretrained`` directory or a hub name.
 
     The class is chosen from ``config.model_type``; ``num_labels`` resizes the head when the
@@ -125,6 +150,13 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwa
     with raptor (:mod:`raptor.shipped`). Weights load as float32 unless ``dtype`` is given
     (the shipped models are stored in float16). Raises :class:`UnsupportedModelError` for unknown
     families.
+
+    Random draws: parameters the checkpoint lacks (a pre-trained backbone's new classification
+    head, a resized head) are drawn from ``generator`` (normal(0, 0.02) matrices, zero biases:
+    :func:`init_missing_`); pass the run's seeded or secure generator. ``None`` uses a fresh
+    generator seeded with 0 (reproducible tests). transformers' own initialisation of those
+    parameters draws from the global RNG; it runs inside ``fork_rng`` and is overwritten, so the
+    global RNG is neither read for the result nor changed.
     """
     from raptor.shipped import resolve
 
@@ -143,6 +175,11 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None, **kwa
         kwargs["num_labels"] = num_labels
         if num_labels == 1:
             kwargs["problem_type"] = "regression"
-    model = cls.from_pretrained(str(name_or_path), **kwargs)
+    kwargs.pop("output_loading_info", None)
+    with torch.random.fork_rng(devices=[]):
+        model, info = cls.from_pretrained(str(name_or_path), output_loading_info=True, **kwargs)
+    missing = _missing_parameter_names(info)
+    if missing:
+        init_missing_(model, missing, generator if generator is not None else torch.Generator().manual_seed(0))
     model.eval()
     return model

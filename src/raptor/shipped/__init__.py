@@ -1,9 +1,16 @@
 """Pre-trained models shipped inside the package, by short name.
 
 Each lives in ``raptor/data/pretrained/<name>/`` (``config.json``, ``model.safetensors`` in
-float16, ``tokenizer.json``, ``pretrain.json``, ``ATTRIBUTION.md``), was made by the
-``raptor pretrain`` command in its ``pretrain.json`` and README entry, and saw PUBLIC text only.
-``--model NAME`` and ``--tokenizer NAME`` accept these names.
+float16, ``tokenizer.json``, ``pretrain.json``, ``ATTRIBUTION.md``, ``public_corpus.txt``,
+``SHA256SUMS``), was made by the seeded ``raptor pretrain`` command in its ``pretrain.json`` and the
+README's "Shipped model" section (``experiments/pretrain_switch.sh``, then
+``experiments/ship_pretrained.py``), and saw PUBLIC text only. ``--model NAME`` and
+``--tokenizer NAME`` accept these names.
+
+:func:`public_corpus` gives a model directory's declared public corpus (``public_corpus.txt``:
+held-out lines of its public pre-training text, one text per line), which a run may use as its
+public data (routing statistics, public denominators, layer choice) when the user gives no
+``--public-file``: privacy rule 2's "public corpus of a pre-trained model".
 """
 
 from __future__ import annotations
@@ -11,7 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 
 #: short name -> one-line description
-SHIPPED: dict[str, str] = {}
+SHIPPED: dict[str, str] = {
+    "switch-public-tiny": ("Switch Transformer encoder (d_model 128, 4 sparse layers of 8 experts, top-1), "
+                           "masked-token pre-trained on public English text (Wikipedia, WikiText-2, "
+                           "TinyStories, Gutenberg; no IMDB), with its WordPiece tokenizer"),
+}
+
+#: the file the shipped models carry their declared public corpus in (held-out public lines)
+PUBLIC_CORPUS_FILE = "public_corpus.txt"
+#: every file name a pre-trained model directory may carry its public corpus in, in order of
+#: preference: with the task's columns (.jsonl/.csv/.tsv), or unlabelled, one text per line (.txt)
+PUBLIC_CORPUS_FILES: tuple[str, ...] = ("public.jsonl", "public.csv", "public.tsv", "public.txt", PUBLIC_CORPUS_FILE)
 
 
 def shipped_dir() -> Path:
@@ -28,3 +45,16 @@ def resolve(name_or_path):
     if isinstance(name_or_path, str) and name_or_path in SHIPPED and not Path(name_or_path).exists():
         return shipped_dir() / name_or_path
     return name_or_path
+
+
+def public_corpus(name_or_dir) -> Path | None:
+    """The declared public corpus of a model (a shipped name or a local directory): the path of the
+    first of :data:`PUBLIC_CORPUS_FILES` it carries, or ``None`` when it has none (a tiny
+    family name, a hub name, a directory without that file).
+
+    Reads nothing but the file's existence; what the corpus may be used for is the caller's rule.
+    """
+    path = Path(resolve(name_or_dir))
+    if not path.is_dir():
+        return None
+    return next((path / n for n in PUBLIC_CORPUS_FILES if (path / n).is_file()), None)

@@ -44,7 +44,10 @@ class ModelSource:
 
 def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, num_labels: int,
                              generator: torch.Generator):
-    """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only."""
+    """(model, tokenizer). Privacy: a tiny family's tokenizer is trained on ``public`` only.
+
+    ``generator`` (the run's seeded or secure one) draws a tiny family's weights, or the parameters a
+    pre-trained checkpoint lacks (its new classification head); never the global RNG."""
     from raptor.data import check_tokenizer_matches_model, load_tokenizer, train_wordpiece
     from raptor.moe.adapters import get_adapter
     from raptor.moe.models import TinySize, build_model, load_model
@@ -59,6 +62,6 @@ def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, nu
         model = build_model(source.model, num_labels=num_labels, generator=generator, size=size)
     else:
         tokenizer = load_tokenizer(source.tokenizer or source.model)
-        model = load_model(source.model, num_labels=num_labels)
+        model = load_model(source.model, num_labels=num_labels, generator=generator)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model, tokenizer
