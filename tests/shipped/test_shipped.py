@@ -125,3 +125,16 @@ def test_model_public_corpus_takes_the_shape_of_the_private_data(name):
     pub2 = model_public_corpus(name, pair)
     assert pub2.is_pair and len(pub2) == n // 2 and pub2.texts[0] == pub.texts[0] and pub2.text_pairs[0] == pub.texts[1]
     assert model_public_corpus("switch_transformers", single) is None
+
+
+def test_the_early_model_check_accepts_a_shipped_name_and_lists_it_for_an_unknown_one():
+    from raptor.errors import ConfigError
+    from raptor.moe.names import FAMILY_NAMES
+    from raptor.shipped import available
+    from raptor.training.run_checks import check_model_name
+
+    names = available()
+    assert names, "the package ships at least one model"
+    check_model_name(names[0], FAMILY_NAMES, names)  # no error
+    with pytest.raises(ConfigError, match=names[0]):
+        check_model_name("no-such-model", FAMILY_NAMES, names)

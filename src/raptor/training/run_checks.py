@@ -115,10 +115,10 @@ def hub_reachable(timeout: float = 2.0) -> bool:
 
 
 def check_model_name(name: str, families, shipped=()) -> None:
-    """``--model`` is a family, a local directory with config.json, or a hub name when a hub may be
+    """``--model`` is a family, a shipped model's short name, a local directory with config.json, or a hub name when a hub may be
     reached; else an immediate error listing the families and the shipped models."""
     path = Path(name)
-    if name in families:
+    if name in families or (name in shipped and not path.exists()):
         return
     if path.exists():
         if not (path / "config.json").is_file():
