@@ -45,27 +45,37 @@ _CHUNK = 1 << 22  # Gaussians per pass: bounds the peak memory of one call
 _ZEROS = bytes(1 << 23)  # plaintext of one AES call (8 MiB of keystream)
 
 
-def _cipher():
+#: Bytes of key material of one stream: a 256-bit key and a 128-bit initial counter block.
+KEY_BYTES = 48
+
+
+def _cipher(material: bytes | None = None):
     try:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
     except ImportError as err:  # pragma: no cover - the package is a pinned dependency
         raise ConfigError("secure randomness needs the 'cryptography' package (pip install 'cryptography==46.0.3'), "
                           "or run a seeded, NOT secure, experiment with --seed") from err
-    return Cipher(algorithms.AES(secrets.token_bytes(32)), modes.CTR(secrets.token_bytes(16))).encryptor()
+    material = secrets.token_bytes(KEY_BYTES) if material is None else material
+    return Cipher(algorithms.AES(material[:32]), modes.CTR(material[32:KEY_BYTES])).encryptor()
 
 
 class AesCtrGenerator:
     """A cryptographically secure random stream with the draws raptor's mechanisms need.
 
-    ``device`` is where the draws are returned (the stream itself runs on the CPU).
+    ``device`` is where the draws are returned (the stream itself runs on the CPU). ``key_material``
+    (:data:`KEY_BYTES` bytes from :func:`secrets.token_bytes`) is given only to make the SAME stream
+    in several processes of one data-parallel job (:mod:`raptor.training.distributed`: every rank's
+    sampler); by default the key comes from the OS CSPRNG and exists in this object only.
     """
 
     secure = True
     kind = "aes-256-ctr"
 
-    def __init__(self, device: str | torch.device = "cpu"):
+    def __init__(self, device: str | torch.device = "cpu", *, key_material: bytes | None = None):
+        if key_material is not None and (not isinstance(key_material, bytes) or len(key_material) != KEY_BYTES):
+            raise ConfigError(f"AesCtrGenerator key_material must be {KEY_BYTES} bytes from the OS CSPRNG")
         self.device = torch.device(device)
-        self._enc = _cipher()
+        self._enc = _cipher(key_material)
 
     def __repr__(self) -> str:
         return f"AesCtrGenerator(device={self.device})"  # never the key
