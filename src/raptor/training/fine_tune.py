@@ -44,11 +44,14 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
               config: TrainConfig | None = None, *, public: Rows | None = None, public_size: float | None = None,
               text_columns: Sequence[str] | None = None, label_column: str = "label",
               metrics: Sequence[str] | None = None, task_type: str = "auto",
-              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0) -> FineTuneResult:
+              resume: str | None = None, progress: bool = True, checkpoint_every: int = 0,
+              comm=None) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE classifier of a supported family) with ``config.method``.
 
     ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). ``resume``
-    continues a checkpoint of the same run and ledger. Returns a :class:`FineTuneResult`.
+    continues a checkpoint of the same run and ledger. ``comm``: a torchrun job's communicator
+    (:func:`raptor.training.distributed.init_communicator`; default one process). Returns a
+    :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
     from raptor.training.evaluator import Evaluator
@@ -78,7 +81,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
                           batch_size=config.performance.eval_batch_size, device=config.performance.device) \
         if dev_records else None
     trainer = build_trainer(config, model, train=records["train"], validation=next(iter(dev_records.values()), None),
-                            public=records["public"], evaluator=evaluator)
+                            public=records["public"], evaluator=evaluator, comm=comm)
     if resume:
         from raptor.accounting.ledger import PrivacyLedger
 
