@@ -13,7 +13,7 @@ from raptor.training.distributed import DistConfig, init_communicator
 if __name__ == "__main__":
     comm = init_communicator(DistConfig("gloo", float(sys.argv[1])), "cpu")
     grads = {"w": torch.ones(3)}
-    assert torch.equal(comm.all_reduce_grads(grads)["w"], torch.full((3,), 2.0))
+    assert torch.equal(comm.all_reduce_grads(grads)[0]["w"], torch.full((3,), 2.0))
     if comm.rank == 1:
         os._exit(3)  # a dead rank: no cleanup, no message
     comm.all_reduce_grads(grads)

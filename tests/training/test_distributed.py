@@ -22,6 +22,10 @@ from raptor.training.release import GroupRelease
 HERE = Path(__file__).parent
 SRC = HERE.parents[1] / "src"
 WORKER = HERE / "dist_worker.py"
+# 2 processes vs 1, per trainable weight after each of 3 steps that move the weights by ~0.19:
+# float32 runs differ by summation order only (measured max 1.2e-7); a bf16 run's float32 masters
+# by bf16 rounding of activations computed in other micro-batches (measured 6e-6, 1.4e-5, 2.1e-4)
+TOL = {False: 2e-6, True: 1e-3}
 
 
 class _FakeRank(Communicator):
@@ -142,17 +146,19 @@ def test_two_process_gloo_run_matches_one_process_step_for_step(tmp_path):
     assert set(a) == set(dist_worker.METHODS) and set(b) == set(a) | {"secure"}
     for method in a:
         start = a[method]["params"][0]
-        assert (a[method]["params"][-1] - start).abs().max() > 1e-3  # the run moves: the test can fail
+        assert (a[method]["params"][-1] - start).abs().max() > 1e-2  # the run moves: the test can fail
+        tol = TOL[method.endswith("-bf16")]
         for t, (x, y) in enumerate(zip(a[method]["params"], b[method]["params"], strict=True)):
-            torch.testing.assert_close(y, x, rtol=0, atol=2e-6, msg=f"{method} step {t}")
+            torch.testing.assert_close(y, x, rtol=0, atol=tol, msg=f"{method} step {t}")
         assert a[method]["epsilon"] == b[method]["epsilon"]
         da, db = a[method]["dev"], b[method]["dev"]
-        assert da["metrics"] == db["metrics"] and db["dev_loss"] == pytest.approx(da["dev_loss"], rel=1e-5)
+        assert db["dev_loss"] == pytest.approx(da["dev_loss"], rel=10 * tol)
+        assert da["metrics"] == db["metrics"] or method.endswith("-bf16")
         assert a[method]["nonfinite"] == b[method]["nonfinite"] == 0
         # resume with the SAME world size (2 -> 2): the checkpoint after step 2, continued by the
         # 2-process job, gives the uninterrupted run's step 3
         resumed = b[method]["resumed"]
-        torch.testing.assert_close(resumed["params"], a[method]["params"][-1], rtol=0, atol=2e-6)
+        torch.testing.assert_close(resumed["params"], a[method]["params"][-1], rtol=0, atol=tol)
         assert resumed["epsilon"] == a[method]["epsilon"][-1]
     # resume with a DIFFERENT world size (2 -> 1): same sampler state, same noise, same ledger
     from raptor.accounting.ledger import PrivacyLedger
@@ -162,7 +168,8 @@ def test_two_process_gloo_run_matches_one_process_step_for_step(tmp_path):
         trainer.resume(tmp_path / "ckpt" / method, PrivacyLedger.from_dict)
         assert trainer.state.step == dist_worker.STEPS - 1
         trainer.step()
-        torch.testing.assert_close(dist_worker.flat_params(trainer), a[method]["params"][-1], rtol=0, atol=2e-6)
+        torch.testing.assert_close(dist_worker.flat_params(trainer), a[method]["params"][-1], rtol=0,
+                                   atol=TOL[method.endswith("-bf16")])
         assert trainer.epsilon_spent() == a[method]["epsilon"][-1]
     # secure (AES-CTR) randomness across ranks: one shared sampling stream, noise once from rank 0
     sec = b["secure"]

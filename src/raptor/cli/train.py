@@ -42,6 +42,7 @@ from raptor.training.config import (
     ADJACENCIES,
     CLIP_RULES,
     DENOMINATORS,
+    DTYPES,
     METHODS,
     OPTIMIZERS,
     OptimConfig,
@@ -127,6 +128,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="choose the micro-batch size from this budget of working memory per engine call "
                              "(probed on synthetic records of --max-length tokens; overrides --micro-batch-size)")
     parser.add_argument("--device", default=_PERF.device)
+    parser.add_argument("--dtype", choices=DTYPES, default=_PERF.dtype,
+                        help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and "
+                             "the optimizer's master weights stay float32)")
+    from raptor.cli import distributed
+
+    distributed.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
     parser.add_argument("--eval-every", type=int, default=_TC.eval_every, help="evaluate every N steps (0: at the end)")
     parser.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N steps (0: at the end)")
     parser.add_argument("--output-dir", default=_TC.output_dir)
@@ -169,7 +176,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
         eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
-                                      memory_budget_mib=args.memory_budget_mib),
+                                      memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr, lr_expert=args.lr_expert,
                           weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )
@@ -181,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         from raptor.cli.train_generate import run_generate
 
         return run_generate(args)
+    from raptor.cli.distributed import communicator_from_args
     from raptor.data.loaders import load_data
     from raptor.mechanisms import GeneratorSpec
     from raptor.training.fine_tune import fine_tune
@@ -188,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     started = time.perf_counter()
+    comm = communicator_from_args(args)  # one process without --distributed
     data = load_data(data_source(args))
     if data.task_type == "regression" and args.head_init == "label-words":
         from raptor.training.head_init import REGRESSION_REFUSAL
@@ -197,8 +206,13 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
     label_words = _init_head(args, model, tokenizer)
     out = fine_tune(model, tokenizer, data.private, data.validation_sets or None, config, public=data.public,
-                    metrics=data.metrics, resume=args.resume, progress=not args.no_progress, checkpoint_every=args.checkpoint_every)
+                    metrics=data.metrics, resume=args.resume, progress=not args.no_progress and comm.is_main,
+                    checkpoint_every=args.checkpoint_every, comm=comm)
     trainer, results = out.trainer, out.results
+    if not comm.is_main:  # rank 0 writes; the others join its checkpoint barrier and leave
+        trainer.save(config.output_path / "checkpoint")
+        comm.close()
+        return 0
     print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
           f"public / {len(data.validation) if data.validation is not None else 0:,} dev records; {trainer.plan.steps} "
           f"steps, q={trainer.sample_rate:.4g}, sigma_s={trainer.plan.sigmas['shared']}, "
@@ -227,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:
         print(warning, file=sys.stderr)
+    comm.close()
     return 0
 
 
