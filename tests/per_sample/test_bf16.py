@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from raptor.moe.models import FAMILIES, build_model
-from raptor.per_sample.check import BF16_TOLERANCE, _layers, check_family, freeze_untrained_experts, synthetic_batch
+from raptor.per_sample.check import (
+    BF16_TOLERANCE,
+    _layers,
+    check_family,
+    freeze_untrained_experts,
+    synthetic_batch,
+)
 from raptor.per_sample.engine import PerRecordEngine
 
 
