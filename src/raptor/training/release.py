@@ -36,7 +36,6 @@ import torch
 
 from raptor.errors import ConfigError
 from raptor.mechanisms import add_gaussian_noise_
-from raptor.per_sample.norms import sum_dtype
 from raptor.roles.public_stats import denominators
 
 STREAMS: tuple[str, ...] = ("shared", "expert")
@@ -120,6 +119,8 @@ def release_gradients(
     weight or None for the whole parameter); ``params`` maps names to parameters (for shapes and
     dtypes); a parameter absent from ``clipped_sums`` has a zero sum (e.g. an empty sample).
     """
+    from raptor.per_sample.norms import sum_dtype  # here: importing raptor.per_sample loads transformers
+
     out: dict[str, torch.Tensor] = {}
     for rel in releases:
         for sl in slices_of[rel.key]:
