@@ -124,6 +124,19 @@ def test_without_torchrun_the_error_says_how_to_launch(monkeypatch):
         init_communicator(DistConfig("gloo"), "cpu")
 
 
+def test_train_cli_distributed_without_torchrun_exits_2_naming_torchrun(monkeypatch, tmp_path, capsys):
+    from raptor.cli.main import main
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["train", "--distributed", "--steps", "1", "--output-dir", str(tmp_path)]) == 2
+    assert "torchrun" in capsys.readouterr().err
+    assert main(["train", "--distributed", "--dist-backend", "nccl", "--output-dir", str(tmp_path)]) == 2
+    assert "--device cuda" in capsys.readouterr().err
+    assert main(["train", "--distributed", "--objective", "generate", "--output-dir", str(tmp_path)]) == 2
+    assert "--distributed supports --objective classify only" in capsys.readouterr().err
+
+
 def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")

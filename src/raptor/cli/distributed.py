@@ -21,13 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a collective may wait for another rank before the job stops (default 300)")
 
 
+def check_supported(args: argparse.Namespace) -> None:
+    """``--distributed`` runs ``--objective classify`` only (generation's evaluation is not sharded)."""
+    if args.distributed and getattr(args, "objective", "classify") != "classify":
+        raise ConfigError("--distributed supports --objective classify only; drop --distributed for generate")
+
+
 def communicator_from_args(args: argparse.Namespace):
     """The run's communicator: one process without ``--distributed``, else the torchrun job's."""
     from raptor.training.distributed import DistConfig, init_communicator
 
     if not args.distributed:
         return init_communicator(None)
-    if getattr(args, "objective", "classify") != "classify":
-        raise ConfigError("--distributed supports --objective classify only; drop --distributed for generate")
+    check_supported(args)
     backend = args.dist_backend or ("nccl" if str(args.device).startswith("cuda") else "gloo")
     return init_communicator(DistConfig(backend, args.dist_timeout), args.device)

@@ -184,6 +184,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     """parse -> recipe -> build -> fit -> write."""
+    from raptor.cli.distributed import check_supported
+
+    check_supported(args)  # --distributed: classification only
     if args.objective == "generate":
         from raptor.cli.train_generate import run_generate
 
