@@ -108,6 +108,15 @@ def test_single_process_generators_are_the_specs():
     assert all(isinstance(g, AesCtrGenerator) for g in secure.values())
 
 
+def test_released_gradients_travel_in_one_bucket_unless_huge():
+    from raptor.training.distributed import _buckets
+
+    t = {n: torch.zeros(k) for n, k in (("a", 3), ("b", 4), ("c", 10), ("d", 1))}
+    assert _buckets(t, 1 << 20) == [["a", "b", "c", "d"]]
+    assert _buckets(t, 8) == [["a", "b"], ["c"], ["d"]]  # a tensor larger than a bucket goes alone
+    assert _buckets({}, 8) == [[]]
+
+
 def test_dist_config_errors_name_the_flag():
     with pytest.raises(ValueError, match="--dist-backend"):
         DistConfig("mpi")

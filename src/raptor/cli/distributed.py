@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist-backend", choices=("gloo", "nccl"), default=None,
                         help="process-group backend (default: nccl with --device cuda, else gloo)")
     parser.add_argument("--dist-timeout", type=float, default=300.0,
-                        help="seconds a collective may wait for another rank before the job stops (default 300)")
+                        help="seconds a collective may wait for another rank before the job stops (default 300; "
+                             "must exceed rank 0's public stage, which the other ranks wait for)")
 
 
 def check_supported(args: argparse.Namespace) -> None:

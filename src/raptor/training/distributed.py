@@ -23,7 +23,8 @@ One update t on W ranks (rank r = 0..W-1):
    per group. Under secure RNG the noise key is made on rank 0 and never leaves it.
 4. **One all-reduce** (:meth:`Communicator.all_reduce_grads`): the step's released tensors (and
    the step's count of non-finite records) are flattened into ONE float32 buffer (float64 for
-   float64 runs), SUM-all-reduced once, and unflattened: every rank holds the same noisy gradient
+   float64 runs; beyond :data:`BUCKET_BYTES`, a few buffers of that size), SUM-all-reduced once,
+   and unflattened: every rank holds the same noisy gradient
    and steps identical optimizers, so the replicas stay equal.
 5. **Ledger and checkpoint.** The ledger is a function of the public (q, sigma_t) sequence, so
    every rank keeps an identical replica (all stop together on a budget error); rank 0 alone
@@ -61,6 +62,9 @@ from raptor.mechanisms.secure_rng import KEY_BYTES, AesCtrGenerator
 from raptor.training.release import GroupRelease
 
 BACKENDS = ("gloo", "nccl")
+#: Largest all-reduce buffer: the released gradients of a step travel in one buffer up to this
+#: size (every tiny and LoRA run), in a few buffers of this size beyond (bounds the extra memory).
+BUCKET_BYTES = 1 << 30
 
 
 class DistributedError(RaptorError):
@@ -173,6 +177,20 @@ def _to_cpu(obj):
     return obj
 
 
+def _buckets(tensors: Mapping[str, torch.Tensor], max_numel: int) -> list[list[str]]:
+    """Names in order, cut into consecutive buckets of at most ``max_numel`` elements (a larger
+    tensor alone); at least one bucket, possibly empty."""
+    buckets: list[list[str]] = [[]]
+    size = 0
+    for name, t in tensors.items():
+        if buckets[-1] and size + t.numel() > max_numel:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(name)
+        size += t.numel()
+    return buckets
+
+
 def _wire_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype in (torch.bfloat16, torch.float16):
         return torch.float32
@@ -205,16 +223,20 @@ class TorchCommunicator(Communicator):
             ) from exc
 
     def all_reduce_grads(self, grads, count=0):
-        names = list(grads)
         wide = torch.float64 if any(g.dtype == torch.float64 for g in grads.values()) else torch.float32
-        flat = torch.cat([grads[n].detach().reshape(-1).to(device=self.comm_device, dtype=wide) for n in names]
-                         + [torch.tensor([float(count)], dtype=wide, device=self.comm_device)])
-        self._run("all_reduce of the released gradients", lambda: self._dist.all_reduce(flat))
-        out, offset = {}, 0
-        for n in names:
-            g = grads[n]
-            out[n] = flat[offset:offset + g.numel()].view(g.shape).to(device=g.device, dtype=g.dtype)
-            offset += g.numel()
+        out: dict[str, torch.Tensor] = {}
+        buckets = _buckets(grads, BUCKET_BYTES * 8 // torch.finfo(wide).bits)
+        for i, names in enumerate(buckets):
+            parts = [grads[n].detach().reshape(-1).to(device=self.comm_device, dtype=wide) for n in names]
+            if i == len(buckets) - 1:  # the step's non-finite count rides in the last bucket
+                parts.append(torch.tensor([float(count)], dtype=wide, device=self.comm_device))
+            flat = torch.cat(parts)
+            self._run("all_reduce of the released gradients", lambda f=flat: self._dist.all_reduce(f))
+            offset = 0
+            for n in names:
+                g = grads[n]
+                out[n] = flat[offset:offset + g.numel()].view(g.shape).to(device=g.device, dtype=g.dtype)
+                offset += g.numel()
         return out, int(round(float(flat[-1])))
 
     def broadcast_object(self, obj):
