@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -166,4 +167,34 @@ def test_router_losses_match_the_formula_and_statistics_see_token_dependence():
     stats = routing_statistics(model, ids, torch.ones_like(ids))
     for layer in stats.values():
         assert abs(layer["token_expert_mutual_information"]) < 1e-9
+        assert abs(layer["top1_token_mutual_information"]) < 1e-9
+        assert layer["top1_modal_share"] == 1.0
         assert abs(layer["mean_token_router_entropy"] - torch.log(torch.tensor(4.0)).item()) < 1e-6
+
+
+def test_hard_token_mi_against_hand_values():
+    from raptor.pretrain.routing import _count_joint, _hard_token_mi
+
+    # a fixed token -> expert map over 4 equally frequent tokens and 4 experts: I = H(E) = log 4
+    joint: dict = {}
+    tokens = torch.arange(4).repeat(250)
+    _count_joint(joint, tokens, tokens % 4, 4)
+    out = _hard_token_mi(joint, 4)
+    assert abs(out["top1_token_mutual_information"] - math.log(4)) < 1e-12
+    assert out["top1_modal_share"] == 1.0
+    # two tokens, two experts, token 0 -> (3, 1), token 1 -> (1, 3): I = log 2 - H(3/4, 1/4)
+    joint = {0: [3, 1], 1: [1, 3]}
+    h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    out = _hard_token_mi(joint, 2)
+    assert abs(out["top1_token_mutual_information"] - (math.log(2) - h)) < 1e-12
+    assert abs(out["top1_token_mutual_information_corrected"] - (math.log(2) - h - 1 / 16)) < 1e-12
+    assert out["top1_modal_share"] == 0.75
+    # routing independent of the token: the corrected estimate is close to 0, the raw one is not
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 200, (20000,), generator=g)
+    experts = torch.randint(0, 8, (20000,), generator=g)
+    joint = {}
+    _count_joint(joint, tokens, experts, 8)
+    out = _hard_token_mi(joint, 8)
+    assert out["top1_token_mutual_information"] > 0.02
+    assert abs(out["top1_token_mutual_information_corrected"]) < 0.01

@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
                                  "parameters")}
     summary["routing_held_out_after"] = {
         layer: {"load_entropy_ratio": round(s["load_entropy_ratio"], 4),
-                "token_expert_mutual_information": round(s["token_expert_mutual_information"], 4)}
+                "token_expert_mutual_information": round(s["token_expert_mutual_information"], 4),
+                "top1_token_mutual_information_corrected": round(s["top1_token_mutual_information_corrected"], 4),
+                "top1_modal_share": round(s["top1_modal_share"], 4)}
         for layer, s in r["routing_after"]["public_held_out"].items()}
     json.dump(summary, sys.stdout, indent=1)
     print(f"\nwrote {result.output_dir} (pretrain.json, routing.png, model and tokenizer)")

@@ -44,7 +44,11 @@ def plot_routing(report: dict, path: str | Path, corpus: str = "public_held_out"
         ax.plot(layers, [stats[layer]["load_entropy"] / le for layer, le in zip(layers, logE)], style, marker="o",
                 color="tab:blue", label=f"load entropy / log E ({title})")
         ax.plot(layers, [stats[layer]["token_expert_mutual_information"] / le for layer, le in zip(layers, logE)],
-                style, marker="s", color="tab:red", label=f"token-expert MI / log E ({title})")
+                style, marker="s", color="tab:red", label=f"soft token-expert MI / log E ({title})")
+        if "top1_token_mutual_information_corrected" in stats[layers[0]]:
+            ax.plot(layers, [stats[layer]["top1_token_mutual_information_corrected"] / le
+                             for layer, le in zip(layers, logE)],
+                    style, marker="^", color="tab:green", label=f"top-1 token-expert MI / log E ({title})")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("MoE layer")
     ax.set_title("balance (load entropy) and specialisation (MI)")

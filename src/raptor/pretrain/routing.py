@@ -110,6 +110,7 @@ class _Acc:
     token_entropy_sum: float = 0.0
     tokens: int = 0
     owners: list = field(default_factory=list)
+    joint: dict = field(default_factory=dict)  # token id -> top-1 expert counts (E,)
 
 
 def _entropy(p: torch.Tensor) -> float:
@@ -143,6 +144,7 @@ def routing_statistics(model: nn.Module, input_ids_BT: torch.Tensor, attention_m
                 acc.prob_sum += probs.sum(dim=0)
                 acc.token_entropy_sum += float(-(probs * probs.clamp(min=1e-300).log()).sum())
                 acc.tokens += int(mask_N.sum())
+                _count_joint(acc.joint, ids.reshape(-1)[mask_N], layer.index_NK[mask_N, 0], E)
                 if cap.top1:
                     owners = owners_from_top1(layer.index_NK[:, 0], mask.reshape(-1), num_records=ids.shape[0],
                                               num_experts=E)
@@ -170,8 +172,47 @@ def routing_statistics(model: nn.Module, input_ids_BT: torch.Tensor, attention_m
             "token_expert_mutual_information": _entropy(mean_prob) - token_h,
             "owner_shares": [round(float(v), 5) for v in owner_shares],
             "owner_entropy": _entropy(owner_shares),
+            **_hard_token_mi(acc.joint, E),
         }
     return out
+
+
+def _count_joint(joint: dict, token_N: torch.Tensor, expert_N: torch.Tensor, num_experts: int) -> None:
+    pair = token_N.long() * num_experts + expert_N.long()
+    uniq, counts = torch.unique(pair, return_counts=True)
+    for key, c in zip(uniq.tolist(), counts.tolist()):
+        row = joint.setdefault(key // num_experts, [0] * num_experts)
+        row[key % num_experts] += c
+
+
+def _hard_token_mi(joint: dict, num_experts: int) -> dict[str, float]:
+    """Mutual information between the input token id and its top-1 expert, in nats.
+
+    The soft measure above (entropy of the mean router distribution minus the mean per-token
+    entropy) is near zero whenever router probabilities are flat, even when the arg-max choice is
+    a sharp function of the token. This one uses the choices actually made: I(V; E) = H(E) -
+    H(E | V), from the (token id x expert) count table. The plug-in estimate is biased upward by
+    about (cells - rows - cols + 1) / (2N) (Miller-Madow); ``..._corrected`` subtracts it, so that
+    routing independent of the token reads about 0. ``top1_modal_share`` is the share of tokens
+    sent to their token id's most frequent expert (1/E for random routing, 1 for a fixed
+    token-to-expert map).
+    """
+    if not joint:
+        return {"top1_token_mutual_information": 0.0, "top1_token_mutual_information_corrected": 0.0,
+                "top1_modal_share": 0.0}
+    table = torch.tensor(list(joint.values()), dtype=torch.float64)
+    n = float(table.sum())
+    col = table.sum(dim=0)
+    row = table.sum(dim=1)
+    h_e = _entropy(col / n)
+    p_row = table / row[:, None]
+    h_cond = float((row / n * -(p_row * p_row.clamp(min=1e-300).log()).sum(dim=1)).sum())
+    mi = h_e - h_cond
+    cells = int((table > 0).sum())
+    bias = (cells - int((row > 0).sum()) - int((col > 0).sum()) + 1) / (2 * n)
+    return {"top1_token_mutual_information": mi,
+            "top1_token_mutual_information_corrected": mi - bias,
+            "top1_modal_share": float(table.max(dim=1).values.sum() / n)}
 
 
 def _backbone(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> None:
