@@ -14,7 +14,7 @@ from raptor.errors import ConfigError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distributed", action="store_true",
-                        help="data-parallel DP under torchrun, one process per rank (see README)")
+                        help="data-parallel DP under torchrun, one process per rank (see README) (default off)")
     parser.add_argument("--dist-backend", choices=("gloo", "nccl"), default=None,
                         help="process-group backend (default: nccl with --device cuda, else gloo)")
     parser.add_argument("--dist-timeout", type=float, default=300.0,
