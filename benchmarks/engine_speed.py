@@ -82,6 +82,8 @@ class Config:
     tags: tuple[str, ...] = field(default=())
     overrides: tuple[tuple[str, int], ...] = field(default=())  # config fields set after the tiny config
     name: str = ""  # e.g. the real model a real-shape config is shaped like
+    device: str = "cpu"  # "cuda": model and batch on the GPU, steps synchronised, peak CUDA memory reported
+    dtype: str = "float32"  # or "bfloat16" (weights and activations)
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_experts", "top_k", "expert_intermediate",
@@ -91,14 +93,17 @@ class Config:
                 raise ValueError(f"Config.{name} must be a positive integer, got {value!r}")
         if self.warmup < 0:
             raise ValueError(f"Config.warmup must be >= 0, got {self.warmup}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"Config.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         if self.family != "opacus_dense" and self.family not in FAMILIES:
             raise ValueError(f"Config.family must be one of {FAMILIES} or 'opacus_dense', got {self.family!r}")
 
     @property
     def label(self) -> str:
         prefix = f"{self.name}: " if self.name else ""
+        where = "" if (self.device, self.dtype) == ("cpu", "float32") else f" [{self.device} {self.dtype}]"
         return (f"{prefix}{self.family} E={self.num_experts} k={self.top_k} T={self.seq_len} B={self.batch_size} "
-                f"d={self.hidden_size} L={self.num_layers}")
+                f"d={self.hidden_size} L={self.num_layers}{where}")
 
 
 # ------------------------------------------------------------------------------------------ shared bits
@@ -254,9 +259,10 @@ def moe_worker(cfg: Config) -> dict:
                     num_heads=cfg.num_heads, num_experts=cfg.num_experts, top_k=cfg.top_k,
                     expert_intermediate=cfg.expert_intermediate, max_positions=max(256, cfg.seq_len))
     model = build_model(cfg.family, size=size, generator=torch.Generator().manual_seed(cfg.seed), **dict(cfg.overrides))
+    model.to(device=cfg.device, dtype=getattr(torch, cfg.dtype))
     layers = [info.index for info in get_adapter(model).moe_layers(model)]
     engine = PerRecordEngine(model, trained_layers=layers, grouping="roles")
-    batch = _batch(cfg)
+    batch = {k: v.to(cfg.device) for k, v in _batch(cfg).items()}
     clip = {key: cfg.clip_norm for key in engine.group_keys}
     params = [p for p in model.parameters() if p.requires_grad]
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
@@ -315,10 +321,14 @@ def moe_worker(cfg: Config) -> dict:
             raise RuntimeError(f"{cfg.label}: {result.num_nonfinite} non-finite records in a benchmark batch")
 
     steps = {"plain": plain_step, "private": engine_step}
+    cuda = torch.device(cfg.device).type == "cuda"
+    if cuda:  # a step ends when its kernels do (phases stay launch times)
+        steps = {n: _synced(fn, torch.cuda.synchronize) for n, fn in steps.items()}
     times = _common.run_interleaved(steps, warmup=cfg.warmup, reps=cfg.reps, clocks=CLOCKS)
     plain_rounds, engine_rounds, reduce_rounds = (list(c.rounds[-cfg.reps:]) for c in
                                                   (plain_phases, engine_phases, reduce_parts))
     clear()
+    cuda_peaks = {n: _cuda_peak_bytes(fn, cfg.device) for n, fn in steps.items()} if cuda else None
     base_rss, peaks, method = _measure_memory(steps, clear)
     plain_phases.rounds, engine_phases.rounds, reduce_parts.rounds = plain_rounds, engine_rounds, reduce_rounds
     extra = {
@@ -328,11 +338,33 @@ def moe_worker(cfg: Config) -> dict:
         "phases_s": {"plain": plain_phases.medians(), "private": engine_phases.medians()},
         "helpers_s": reduce_parts.medians(),
         "helpers_calls": reduce_parts.last_calls,
+        "device": cfg.device, "dtype": cfg.dtype,
     }
+    if cuda_peaks is not None:  # torch.cuda.max_memory_allocated during one step, model and batch included
+        extra["peak_cuda_mib"] = {n: b / 2**20 for n, b in cuda_peaks.items()}
+        extra["cuda_mem_ratio"] = cuda_peaks["private"] / cuda_peaks["plain"]
     if cfg.profile:
         extra["profile"] = {"plain": _profile(plain_step), "private": _profile(lambda: engine.compute(batch, clip))}
     clear()
     return _result(cfg, times, peaks, method, base_rss, extra)
+
+
+def _synced(fn: Callable[[], object], sync: Callable[[], None]) -> Callable[[], None]:
+    def step() -> None:
+        fn()
+        sync()
+
+    return step
+
+
+def _cuda_peak_bytes(fn: Callable[[], object], device: str) -> int:
+    import torch
+
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device))
 
 
 # ------------------------------------------------------------------------------------------ opacus reference
@@ -466,10 +498,11 @@ QUICK = dict(hidden_size=32, num_layers=2, num_heads=4, num_experts=4, top_k=2, 
 
 def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str], experts: Sequence[int],
          seq_lens: Sequence[int], warmup: int, reps: int, sweep_reps: int, threads: int, profile: Sequence[str],
-         opacus: bool, top_ks: Sequence[int] = (), real: Sequence[str] = ()) -> list[Config]:
+         opacus: bool, top_ks: Sequence[int] = (), real: Sequence[str] = (), device: str = "cpu",
+         dtype: str = "float32") -> list[Config]:
     """The configurations of one run: the base config per family, E and T sweeps, the Opacus reference."""
     base = QUICK if quick else MEDIUM
-    common = dict(warmup=warmup, threads=threads)
+    common = dict(warmup=warmup, threads=threads, device=device, dtype=dtype)
     configs: list[Config] = []
     for fam in families:
         configs.append(Config(fam, **base, reps=reps, profile=fam in profile, tags=("base",), **common))
@@ -492,6 +525,8 @@ def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str],
         configs.append(Config(fam, **dict(base, vocab_size=1024, **shape), name=name, reps=sweep_reps,
                               tags=("real_shape",), **common))
     if opacus:
+        if (device, dtype) != ("cpu", "float32"):
+            raise ValueError("the Opacus reference runs on CPU in float32; add --no-opacus with --device/--dtype")
         configs.append(Config("opacus_dense", **base, reps=reps, tags=("opacus",), **common))
     return configs
 
@@ -595,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) -> None:
     p.add_argument("--quick", action="store_true", default=quick_default,
                    help="tiny sizes (d=32, 2 layers, E=4, T=16, B=4) for a smoke run")
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, metavar="FAMILY",
+    p.add_argument("--families", nargs="*", default=list(FAMILIES), choices=FAMILIES, metavar="FAMILY",
                    help="families at the base config (default: all seven)")
     p.add_argument("--sweep-families", nargs="*", default=None, metavar="FAMILY",
                    help="families for the E and T sweeps (default: switch_transformers olmoe; quick: none)")
@@ -614,6 +649,8 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
     p.add_argument("--profile", nargs="*", default=None, metavar="FAMILY",
                    help="families whose base config also gets torch.profiler top ops (default: all; quick: none)")
     p.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: steps synchronised, peak CUDA memory")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and activations")
     p.add_argument("--in-process", action="store_true", help="run configurations in this process (no subprocess)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT}; quick: none)")
 
@@ -629,7 +666,8 @@ def configs_from_args(args: argparse.Namespace) -> list[Config]:
                 top_ks=args.top_ks if args.top_ks is not None else ([] if quick else [6, 8]),
                 real=args.real if args.real is not None else ([] if quick else list(REAL_SHAPES)),
                 warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or (1 if quick else 4),
-                threads=args.threads, profile=profile, opacus=not args.no_opacus)
+                threads=args.threads, profile=profile, opacus=not args.no_opacus, device=args.device,
+                dtype=args.dtype)
 
 
 def main(argv: list[str] | None = None) -> int:

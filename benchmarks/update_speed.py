@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     import raptor.training.build as build_module
+    import raptor.training.distributed as distributed_module
     import raptor.training.trainer as trainer_module
     from raptor.moe.models import TinySize
     from raptor.training.build import build_trainer
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> dict:
     total_steps = args.warmup + args.updates + 1  # +1: the memory-measured update
     clock = _Clock()
     # benchmark-only instrumentation: phases of Trainer.step and of build_trainer (undone at the end)
-    wrapped = [(trainer_module, "poisson_sample", "sample"), (trainer_module, "release_gradients", "noise_and_division"),
+    wrapped = [(distributed_module.Communicator, "sample", "sample"), (trainer_module, "release_gradients", "noise_and_division"),
                (build_module, "public_stage", "public_stage"), (build_module, "public_routing", "public_routing")]
     originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in wrapped]
     for mod, attr, phase in wrapped:

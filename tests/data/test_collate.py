@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from raptor.data import ClassificationData, collate, encode, encode_batch, train_wordpiece
+from raptor.data import ClassificationData, encode, encode_batch, train_wordpiece
+from raptor.data.collate import collate
 from raptor.errors import ConfigError
 
 TEXTS = ("a charming journey", "bleak , desperate and very very long " * 4, "ok", "", "the film is slow")

@@ -50,7 +50,7 @@ class ToyMoE(nn.Module):
         return input_ids[:, 0] % E
 
     def forward(self, input_ids, attention_mask):
-        m = attention_mask.float().unsqueeze(-1)
+        m = attention_mask.to(self.embed.weight.dtype).unsqueeze(-1)
         h = (self.embed(input_ids) * m).sum(1) / m.sum(1).clamp(min=1)
         h = torch.tanh(self.shared(h))
         own = self.owners(input_ids)

@@ -17,25 +17,30 @@ from raptor.moe.models import FAMILIES
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("family", choices=FAMILIES, help="model family to check")
+    parser.add_argument("--device", default="cpu", help="torch device of the model and batch (e.g. cuda)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--grouping", choices=("roles", "dense", "both"), default="both")
     parser.add_argument("--no-lora", action="store_true", help="skip the LoRA comparisons")
     parser.add_argument("--batch-size", type=int, default=5)
     parser.add_argument("--seq-len", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic model and batch")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="max relative error (default 1e-4)")
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                        help="precision of the tiny model (default float64: exact comparison)")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="max relative error (default 1e-4; 3e-2 with --dtype bfloat16)")
+    parser.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64",
+                        help="precision of the tiny model (default float64: exact comparison; bfloat16: the "
+                             "bf16 engine against a float64 copy of the same weights)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.per_sample.check import check_family
+    from raptor.per_sample.check import BF16_TOLERANCE, check_family
 
+    if args.tolerance is None:
+        args.tolerance = BF16_TOLERANCE if args.dtype == "bfloat16" else 1e-4
     groupings = ("roles", "dense") if args.grouping == "both" else (args.grouping,)
     loras = (False,) if args.no_lora else (False, True)
     reports = [
         check_family(args.family, grouping=g, lora=lora, batch_size=args.batch_size, seq_len=args.seq_len,
-                     seed=args.seed, tolerance=args.tolerance, dtype=args.dtype)
+                     seed=args.seed, tolerance=args.tolerance, dtype=args.dtype, device=args.device)
         for lora in loras for g in groupings
     ]
     passed = all(r.passed for r in reports)
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"family": args.family, "passed": passed, "checks": [r.to_dict() for r in reports]},
                          indent=2))
     else:
-        print(f"raptor check {args.family} (tolerance {args.tolerance:g}, {args.dtype} tiny model)")
+        print(f"raptor check {args.family} (tolerance {args.tolerance:g}, {args.dtype} tiny model on {args.device})")
         print(f"{'grouping':<8} {'lora':<5} {'norms':>9} {'sums':>9} {'loss':>9} {'owners':>6} {'clipped':>8}  result")
         for r in reports:
             print(f"{r.grouping:<8} {str(r.lora):<5} {r.max_rel_norm_error:9.2e} {r.max_rel_sum_error:9.2e} "

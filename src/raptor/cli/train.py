@@ -49,6 +49,7 @@ from raptor.training.config import (
     ADJACENCIES,
     CLIP_RULES,
     DENOMINATORS,
+    DTYPES,
     METHODS,
     OPTIMIZERS,
     OptimConfig,
@@ -187,6 +188,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(probed on synthetic records of --max-length tokens; overrides --micro-batch-size) "
                              "(default: none)")
     parser.add_argument("--device", default=_PERF.device, help=f"cpu, cuda, cuda:N or mps (default {_PERF.device})")
+    parser.add_argument("--dtype", choices=DTYPES, default=_PERF.dtype,
+                        help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and "
+                             f"the optimizer's master weights stay float32) (default {_PERF.dtype})")
+    from raptor.cli import distributed
+
+    distributed.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
     parser.add_argument("--eval-every", type=int, default=_TC.eval_every,
                         help=f"evaluate every N steps, 0: at the end (default {_TC.eval_every})")
     parser.add_argument("--checkpoint-every", type=int, default=0,
@@ -250,7 +257,7 @@ def _config_from_args(args: argparse.Namespace, num_private: int | None) -> Trai
         output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
         eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
-                                      memory_budget_mib=args.memory_budget_mib),
+                                      memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else default_lr(args.model),
                           lr_expert=args.lr_expert,
                           weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
@@ -289,10 +296,14 @@ def settings_line(args: argparse.Namespace, config: TrainConfig, num_private: in
 
 def run(args: argparse.Namespace) -> int:
     """check -> data -> model -> fine_tune (checkpoints from step 0) -> final model and results."""
+    from raptor.cli.distributed import check_supported
+
+    check_supported(args)  # --distributed: classification only
     if args.objective == "generate":
         from raptor.cli.train_generate import run_generate
 
         return run_generate(args)
+    from raptor.cli.distributed import communicator_from_args
     from raptor.data.loaders import load_data
     from raptor.errors import BudgetExceededError
     from raptor.mechanisms import GeneratorSpec
@@ -302,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = check_before_training(args)
     started = time.perf_counter()
+    comm = communicator_from_args(args)  # one process without --distributed
     data = load_data(data_source(args, config))
     if data.task_type == "regression" and args.head_init == "label-words":
         from raptor.training.head_init import REGRESSION_REFUSAL
@@ -321,11 +333,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = fine_tune(model, tokenizer, data.private, data.validation_sets or None, config, public=data.public,
                         public_source=data.public_source, metrics=data.metrics, resume=args.resume,
-                        progress=not args.no_progress, checkpoint_every=args.checkpoint_every,
-                        checkpoint_start=True, model_name=args.model)
+                        progress=not args.no_progress and comm.is_main, checkpoint_every=args.checkpoint_every,
+                        checkpoint_start=True, model_name=args.model, comm=comm)
     except BudgetExceededError as err:  # the checkpoint is saved; write results and the model, then fail
         stopped, out = err, err.partial
     trainer, results = out.trainer, out.results
+    if not comm.is_main:  # rank 0 writes; the others join its checkpoint barrier and leave
+        trainer.save(config.output_path / "checkpoint")
+        comm.close()
+        return 0
     print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
           f"public ({data.public_source.describe()}) / {len(data.validation) if data.validation is not None else 0:,} "
           f"dev records; {trainer.plan.steps} "
@@ -360,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:
         print(warning, file=sys.stderr)
+    comm.close()
     return 0
 
 

@@ -47,6 +47,14 @@ class CheckReport:
         return dict(asdict(self), passed=self.passed)
 
 
+#: Precisions ``raptor check`` runs the engine in; bf16 is compared with a float64 oracle.
+CHECK_DTYPES = ("float64", "float32", "bfloat16")
+#: Max relative error of the bf16 engine's per-record norms and losses vs the float64 oracle, and of
+#: its clipped sums vs one-record bf16 autograd, on tiny models (bf16 keeps 8 significant bits,
+#: ~4e-3 relative per rounding; measured maxima in docs/DISTRIBUTED.md).
+BF16_TOLERANCE = 3e-2
+
+
 def to_float64(model: nn.Module) -> nn.Module:
     """Convert a model to float64 for exact comparisons (Switch routers keep their own dtype attr)."""
     model.double()
@@ -108,8 +116,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
             tolerance: float = 1e-4, family: str = "", lora: bool = False,
-            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> CheckReport:
+            loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+            oracle: nn.Module | None = None) -> CheckReport:
     """Engine vs reference on one batch, with clipping active on some records of each group.
+
+    ``oracle``: a float64 copy of a low-precision ``model`` with the same weights. Per-record norms,
+    losses and owners are then compared with the reference on ``oracle``, and the clipped sums with
+    the reference on ``model`` itself (one-record autograd in the same precision: a bf16 model's
+    summed gradients differ from float64 ones by far more than the engine's error wherever
+    per-record gradients cancel, so only the same-precision loop tests the engine's sums).
 
     ``loss_fn``: the per-record loss both sides differentiate (default: the model's task's,
     cross-entropy, or squared error for a one-output regression head; the generative objective
@@ -123,9 +138,10 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     probe = engine.compute(batch, {k: float("inf") for k in engine.group_keys})
     clip = clip_norms_between(probe)
     got = engine.compute(batch, clip)
-    ref = reference_compute(model, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
+    ref = reference_compute(model if oracle is None else oracle, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
+    same = ref if oracle is None else reference_compute(model, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
     norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
-    sum_err = max((_rel(got.clipped_sums[n], ref.clipped_sums[n]) for n in ref.clipped_sums), default=0.0)
+    sum_err = max((_rel(got.clipped_sums[n], same.clipped_sums[n]) for n in same.clipped_sums), default=0.0)
     loss_err = _rel(got.loss_B, ref.loss_B)
     owners = all(torch.equal(got.owners[layer], ref.owners[layer]) for layer in ref.owners)
     clipped = sum(int(bool((got.clip_factors[k] < 1).any())) for k in engine.group_keys)
@@ -163,16 +179,22 @@ def add_lora(model: nn.Module, generator: torch.Generator, *, rank: int = 4) -> 
 
 def check_family(family: str, *, grouping: str = "roles", lora: bool = False, batch_size: int = 5,
                  seq_len: int = 10, seed: int = 0, tolerance: float = 1e-4, dtype: str = "float64",
-                 num_labels: int = 2) -> CheckReport:
-    """Build the family's tiny model (``dtype`` float64 or float32) and compare the engine with the reference.
+                 num_labels: int = 2, device: str = "cpu") -> CheckReport:
+    """Build the family's tiny model (``dtype`` float64, float32 or bfloat16, on ``device``) and
+    compare the engine with the reference.
 
+    float64/float32: the reference runs the same model. bfloat16: the engine runs the bf16 model and
+    the reference a float64 copy of it made before the cast (same weights up to bf16 rounding), so
+    the errors are bf16's (use a bf16 tolerance, :data:`BF16_TOLERANCE`).
     ``num_labels=1`` checks a one-output regression head (squared-error loss, float labels).
     """
+    import copy
+
     from raptor.errors import ConfigError
     from raptor.moe.models import build_model
 
-    if dtype not in ("float64", "float32"):
-        raise ConfigError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    if dtype not in CHECK_DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(CHECK_DTYPES)}, got {dtype!r}")
     generator = torch.Generator().manual_seed(seed)
     model = build_model(family, generator=generator, num_labels=num_labels)
     if dtype == "float64":
@@ -184,8 +206,14 @@ def check_family(family: str, *, grouping: str = "roles", lora: bool = False, ba
     freeze_untrained_experts(model, trained)
     vocab = model.config.vocab_size
     batch = synthetic_batch(vocab, batch_size, seq_len, generator, num_labels=num_labels)
+    oracle = None
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)  # round first: the oracle has the bf16 model's exact weights
+        oracle = to_float64(copy.deepcopy(model)).to(device)
+    model = model.to(device)
+    batch = {k: v.to(device) for k, v in batch.items()}
     return compare(model, batch, trained_layers=trained, grouping=grouping, tolerance=tolerance, family=family,
-                   lora=lora)
+                   lora=lora, oracle=oracle)
 
 
 def _layers(model: nn.Module):

@@ -50,6 +50,7 @@ from raptor.per_sample.norms import (
     keep_rows,
     materialise,
     sq_norms,
+    sum_dtype,
     weighted_sum,
 )
 from raptor.roles.groups import GroupKey, GroupMap, build_group_map
@@ -214,11 +215,11 @@ class PerRecordEngine:
                     num_slots = p.shape[0] if slot_names is None else len(slot_names)
                     for e, c in grouped_clipped_sums(use, obj[1], c_GB, num_slots).items():
                         target, at = (name, e) if slot_names is None else (slot_names[e], None)
-                        parts[target][at] = c.to(params[target].dtype)
+                        parts[target][at] = c.to(sum_dtype(params[target]))
                     continue
                 if slot in parts[name]:
                     contrib = contrib + parts[name][slot]
-                parts[name][slot] = contrib.to(p.dtype)
+                parts[name][slot] = contrib.to(sum_dtype(p))
         sums = {name: _assemble(p, parts.get(name, {})) for name, p in params.items()}
         return norms_GB, c_GB, sums, nonfinite_B
 
@@ -239,7 +240,7 @@ class PerRecordEngine:
         return torch.tensor(values, dtype=torch.float64)
 
     def _empty_result(self, device) -> EngineResult:
-        sums = {n: torch.zeros_like(p) for n, p in self.group_map.params.items()}
+        sums = {n: torch.zeros_like(p, dtype=sum_dtype(p)) for n, p in self.group_map.params.items()}
         empty = torch.zeros(0, dtype=torch.float64, device=device)
         return EngineResult(
             loss_B=torch.zeros(0, device=device), norms={k: empty.clone() for k in self.group_keys},
@@ -361,14 +362,14 @@ def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> tor
     if None in parts:
         return parts[None].reshape(param.shape)
     if not parts:
-        return torch.zeros_like(param, memory_format=torch.contiguous_format)
+        return torch.zeros_like(param, dtype=sum_dtype(param), memory_format=torch.contiguous_format)
     zero = None
     slots = []
     for e in range(param.shape[0]):
         if e in parts:
             slots.append(parts[e])
         else:
-            zero = torch.zeros(param.shape[1:], dtype=param.dtype, device=param.device) if zero is None else zero
+            zero = torch.zeros(param.shape[1:], dtype=sum_dtype(param), device=param.device) if zero is None else zero
             slots.append(zero)
     return torch.stack(slots)
 

@@ -234,3 +234,10 @@ def grouped_clipped_sums(use: Use, norms: GroupedNorms, c_GB: torch.Tensor, num_
             out[e] = g[start:start + n].transpose(0, 1).matmul(a[start:start + n])
         start += n
     return out
+
+
+def sum_dtype(param: torch.Tensor) -> torch.dtype:
+    """The dtype clipped sums and released gradients of ``param`` are kept in: float32 for
+    bf16/fp16 parameters (a low-precision sum loses small per-record contributions and rounds the
+    noise), else the parameter's own."""
+    return torch.float32 if param.dtype in (torch.bfloat16, torch.float16) else param.dtype

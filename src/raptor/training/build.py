@@ -16,6 +16,7 @@ from torch import nn
 
 from raptor.moe.adapters import get_adapter
 from raptor.training.config import TrainConfig
+from raptor.training.distributed import Communicator, SingleProcess
 from raptor.training.methods import METHOD_SPECS, MethodSpec
 from raptor.training.plan import make_noise_plan
 from raptor.training.public_stage import choose_trained_layers, public_routing, public_stage
@@ -45,7 +46,8 @@ def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
-                  public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None) -> Trainer:
+                  public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
+                  comm: Communicator | None = None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
@@ -55,15 +57,19 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     with the task's metrics on its validation split(s); by default accuracy (Pearson/Spearman for a
     one-output head) on ``validation``. ``objective``: None (classification) or a
     :class:`raptor.training.generate.GenerativeObjective` (answer-only loss, greedy-decoding
-    evaluation, LM head frozen under dp-lora, optionally frozen shared experts).
+    evaluation, LM head frozen under dp-lora, optionally frozen shared experts). ``comm`` (default:
+    one process) is a torchrun job's communicator (:mod:`raptor.training.distributed`): the public
+    routing and the public stage are computed on rank 0 and broadcast, the initial weights are
+    rank 0's, and the dev evaluation is sharded.
     """
+    comm = comm if comm is not None else SingleProcess()
     spec = spec or METHOD_SPECS[config.method]
     model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
     model.eval()
     adapter = get_adapter(model)
     adapter.prepare(model)
     layers = adapter.moe_layers(model)
-    owners = public_routing(model, public, config)
+    owners = comm.on_main(lambda: public_routing(model, public, config))  # rank 0's, on every rank
     trained, choice = choose_trained_layers(layers, owners, config, spec)
     if spec.trainable == "lora":
         from raptor.mechanisms import GeneratorSpec
@@ -73,16 +79,21 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     else:
         set_trainable(model, layers, policy=spec.trainable, trained_layers=trained,
                       freeze_shared_experts=objective is not None and objective.freeze_shared_experts)
+    comm.broadcast_module_(model)  # every replica starts from rank 0's weights (random inits included)
     engine = make_engine(model, spec, trained, None if objective is None else objective.loss_fn)
-    stage = public_stage(engine, layers, public, config, spec, owners=owners, choice=choice, trained_layers=trained)
+    stage = comm.on_main(lambda: public_stage(engine, layers, public, config, spec, owners=owners, choice=choice,
+                                              trained_layers=trained))
     noise = make_noise_plan(config, spec.streams, dataset_size=int(train["labels"].shape[0]),
                             num_layers=len(trained))
     plan = build_step_plan(noise, engine.group_map.groups, clip_norms=stage.clip_norms,
                            denominators=stage.denominators, trained_layers=trained,
                            grouping=spec.grouping or "plain", epsilon_budget=config.privacy.epsilon,
                            public_report=stage.report)
+    if evaluator is not None and comm.world_size > 1:
+        evaluator = evaluator.sharded(comm)
     cls, extra = (Trainer, {"evaluator": evaluator}) if objective is None else \
         (objective.trainer_class(), {"objective": objective})
     return cls(model=model, engine=engine, plan=plan, train=train, validation=validation, config=config,
-               extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict()}, **extra)
+               extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict(),
+                              "world_size": comm.world_size}, comm=comm, **extra)
 

@@ -14,6 +14,10 @@
 * ``accuracy``: the first split's accuracy for a classification task (``None`` for regression),
   the field older results carried.
 
+Data-parallel runs (``comm``, :mod:`raptor.training.distributed`): each rank predicts its contiguous
+shard of every split, and the predictions and loss sums are gathered on every rank before the
+metrics are computed, so every rank returns the same numbers as one process would.
+
 Privacy: the validation splits are evaluation data, not the private training set; their
 metrics and loss may be shown (the training loss may not).
 
@@ -38,7 +42,8 @@ class Evaluator:
     """The task's metrics on named validation splits (see the module docstring)."""
 
     def __init__(self, sets: Mapping[str, Records], *, task_type: str = "classification",
-                 metrics: Sequence[str] | None = None, batch_size: int = 256, device: str | torch.device = "cpu"):
+                 metrics: Sequence[str] | None = None, batch_size: int = 256, device: str | torch.device = "cpu",
+                 comm=None):
         if not sets:
             raise ConfigError("Evaluator needs at least one validation split")
         self.sets = dict(sets)
@@ -48,6 +53,7 @@ class Evaluator:
             raise ConfigError(f"eval batch size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self.device = torch.device(device)
+        self.comm = comm  # a raptor.training.distributed.Communicator (None: one process)
 
     def key(self, split: str, metric: str) -> str:
         """The name of ``metric`` on ``split`` in the results."""
@@ -65,15 +71,24 @@ class Evaluator:
 
         loss_fn = loss_fn_for(self.task_type)
         n = int(records["labels"].shape[0])
+        lo, hi = (0, n) if self.comm is None else self.comm.shard_range(n)  # this rank's shard
         preds, loss_sum = [], 0.0
-        for start in range(0, n, self.batch_size):
-            batch = {k: v[start:start + self.batch_size].to(self.device) for k, v in records.items()}
+        for start in range(lo, hi, self.batch_size):
+            batch = {k: v[start:min(start + self.batch_size, hi)].to(self.device) for k, v in records.items()}
             logits_BK = classification_logits(model, batch).float()
             loss_sum += float(loss_fn(logits_BK, batch["labels"]).sum())
             preds.append(predictions(logits_BK, self.task_type).cpu())
-        if not preds:
+        preds_N = torch.cat(preds) if preds else torch.zeros(0)
+        if self.comm is not None:
+            preds_N, loss_sum = self.comm.gather_predictions(preds_N, loss_sum)
+        if n == 0:
             return torch.zeros(0), math.nan
-        return torch.cat(preds), loss_sum / n
+        return preds_N, loss_sum / n
+
+    def sharded(self, comm) -> Evaluator:
+        """This evaluator over ``comm``'s ranks (each predicts its shard; results gathered)."""
+        return Evaluator(self.sets, task_type=self.task_type, metrics=self.metrics, batch_size=self.batch_size,
+                         device=self.device, comm=comm)
 
     def __call__(self, model: nn.Module) -> dict:
         metrics: dict[str, float] = {}

@@ -57,7 +57,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
               metrics: Sequence[str] | None = None, task_type: str = "auto",
               resume: str | None = None, progress: bool = True, checkpoint_every: int = 0,
               checkpoint_start: bool = False, public_source: PublicSource | None = None,
-              model_name: str | None = None) -> FineTuneResult:
+              model_name: str | None = None, comm=None) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE classifier of a supported family) with ``config.method``.
 
     ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). Checkpoints
@@ -72,7 +72,9 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     from when the caller already separated it from ``train`` (``raptor train``); ``public`` is
     then used as is (possibly empty, for kind ``none``). A step that would exceed the budget saves
     a checkpoint (when checkpointing is on) and raises :class:`~raptor.errors.BudgetExceededError`
-    whose ``partial`` attribute is the :class:`FineTuneResult` so far. Returns a :class:`FineTuneResult`.
+    whose ``partial`` attribute is the :class:`FineTuneResult` so far. ``comm``: a torchrun job's
+    communicator (:func:`raptor.training.distributed.init_communicator`; default one process).
+    Returns a :class:`FineTuneResult`.
     """
     config = config or TrainConfig()
     from raptor.training.evaluator import Evaluator
@@ -125,7 +127,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
                           batch_size=config.performance.eval_batch_size, device=config.performance.device) \
         if dev_records else None
     trainer = build_trainer(config, model, train=records["train"], validation=next(iter(dev_records.values()), None),
-                            public=records["public"], evaluator=evaluator)
+                            public=records["public"], evaluator=evaluator, comm=comm)
     trainer.artifacts, trainer.fingerprint = initial, fp
     if resume:
         from raptor.accounting.ledger import PrivacyLedger

@@ -13,7 +13,10 @@ sample), clip norm C_g, noise multiplier sigma_g and PUBLIC denominator n_hat_g:
 
 Each group's (and each fused-weight slice's) noise is an independent draw from the explicit
 generator, made in float32 (float64 for float64 params) and cast when added. The draw order is
-fixed (groups in plan order, slices in group order), so a seeded run is reproducible.
+fixed (groups in plan order, slices in group order), so a seeded run is reproducible. The release
+of a bf16/fp16 parameter is kept in float32 (``sum_dtype``): sum, noise and division are never
+rounded to 8 mantissa bits; the optimizer's float32 master weights take it as it is
+(:mod:`raptor.training.master_weights`).
 
 Which groups are released at update t, and with which sigma_g, is stated by the step plan
 (:mod:`raptor.training.step_plan`); this module only executes one step's list.
@@ -116,13 +119,16 @@ def release_gradients(
     weight or None for the whole parameter); ``params`` maps names to parameters (for shapes and
     dtypes); a parameter absent from ``clipped_sums`` has a zero sum (e.g. an empty sample).
     """
+    from raptor.per_sample.norms import sum_dtype  # here: importing raptor.per_sample loads transformers
+
     out: dict[str, torch.Tensor] = {}
     for rel in releases:
         for sl in slices_of[rel.key]:
             if sl.name not in out:
                 p = params[sl.name]
                 s = clipped_sums.get(sl.name)
-                out[sl.name] = torch.zeros_like(p) if s is None else s.detach().to(p.dtype).clone()
+                wide = sum_dtype(p)  # float32 for bf16/fp16 params: noise and division before any rounding
+                out[sl.name] = torch.zeros_like(p, dtype=wide) if s is None else s.detach().to(wide).clone()
             view = out[sl.name] if sl.index is None else out[sl.name][sl.index]
             if rel.sigma > 0:
                 add_gaussian_noise_(view, rel.sigma, rel.clip_norm, generator)

@@ -47,9 +47,11 @@ import torch
 from torch import nn
 
 from raptor.errors import BudgetExceededError, ConfigError
-from raptor.mechanisms import GeneratorSpec, poisson_sample
+from raptor.mechanisms import GeneratorSpec
 from raptor.training.checkpoint import load_checkpoint, save_checkpoint
 from raptor.training.config import TrainConfig
+from raptor.training.distributed import Communicator, SingleProcess
+from raptor.training.master_weights import master_copies, with_master_weights
 from raptor.training.protocols import GradientEngine, Ledger
 from raptor.training.release import release_gradients
 from raptor.training.step_plan import StepPlan
@@ -97,9 +99,12 @@ class Trainer:
         ledger: Ledger | None = None,
         extra_results: dict | None = None,
         evaluator=None,
+        comm: Communicator | None = None,
     ):
         """``plan`` is the only source of what is released and recorded; ``ledger`` defaults to
-        ``plan.new_ledger()`` (None for a non-private plan)."""
+        ``plan.new_ledger()`` (None for a non-private plan). ``comm``: the data-parallel
+        communicator of a torchrun job (:mod:`raptor.training.distributed`; default one process)."""
+        self.comm = comm if comm is not None else SingleProcess()
         self.model, self.engine, self.train, self.validation = model, engine, train, validation
         self.plan, self.config = plan, config
         self.ledger = plan.new_ledger() if ledger is None else ledger
@@ -108,13 +113,14 @@ class Trainer:
         self.device = torch.device(config.performance.device)
         self.evaluator = evaluator if evaluator is not None else self._default_evaluator(validation)
         spec = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed)
-        self.generators = {"sample": spec.mechanism(0), "noise": spec.mechanism(1, self.device)}
+        self.generators = self.comm.generators(spec, self.device)  # {"sample", "noise"}, shared sampler on W ranks
         self.randomness = spec.describe()
         self.epsilon_budget = plan.epsilon_budget
         self.delta = plan.delta
         self.params = dict(engine.group_map.params)
         self.slices_of = dict(engine.group_map.groups)
-        self._names = {id(p): n for n, p in self.params.items()}
+        self.masters = master_copies(self.params)  # float32 copies of bf16/fp16 params (the optimizers step them)
+        self._names = {id(p): n for n, p in self.masters.items()}
         self.optimizers = self._make_optimizers()
         self.state = TrainState()
         self.artifacts: dict = {}  # extra checkpoint files: the initial weights and the tokenizer (fine_tune)
@@ -144,7 +150,8 @@ class Trainer:
                     raise ConfigError(f"parameter {n} is in groups of two streams ({owner[n]}, {stream})")
         opt = self.config.optim
         lrs = {"shared": opt.lr, "expert": opt.lr_expert or opt.lr}
-        return {s: make_optimizer([self.params[n] for n in ns], opt, lrs[s]) for s, ns in names.items()}
+        return {s: with_master_weights(make_optimizer([self.masters[n] for n in ns], opt, lrs[s]),
+                                       [(self.masters[n], self.params[n]) for n in ns]) for s, ns in names.items()}
 
     @property
     def sample_rate(self) -> float:
@@ -156,9 +163,13 @@ class Trainer:
         step = self.plan.step(self.state.step)  # released groups (stream, C_g, sigma_g, n_hat_g), ledger event
         if step.accounted and self.epsilon_budget is not None:
             self.ledger.check_can_record(step.sample_rate, step.ledger_sigma, 1, self.epsilon_budget, self.delta)
-        idx_S = poisson_sample(self.num_records, step.sample_rate, self.generators["sample"])  # private: gather only
+        idx_S = self.comm.sample(self.num_records, step.sample_rate, self.generators["sample"])  # private: gather only
+        before = self.state.nonfinite_records
         sums = self._clipped_sums(idx_S)
-        grads = release_gradients(sums, self.slices_of, self.params, step.groups, self.generators["noise"])
+        grads = release_gradients(sums, self.slices_of, self.params, self.comm.local_groups(step.groups),
+                                  self.generators["noise"])  # W ranks: the noise on rank 0 only
+        grads, nonfinite = self.comm.all_reduce_grads(grads, self.state.nonfinite_records - before)  # one collective
+        self.state.nonfinite_records = before + nonfinite
         if step.accounted:
             self.ledger.record(step.sample_rate, step.ledger_sigma, 1, step.phase)
         else:
@@ -196,7 +207,7 @@ class Trainer:
         from raptor.training.objectives import task_type_of
 
         return Evaluator({"dev": validation}, task_type=task_type_of(self.model),
-                         batch_size=self.config.performance.eval_batch_size, device=self.device)
+                         batch_size=self.config.performance.eval_batch_size, device=self.device, comm=self.comm)
 
     def evaluate(self) -> dict:
         """The task's metrics on the validation split(s) with natural routing (see
@@ -299,8 +310,13 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save(self, path) -> None:
         """Checkpoint: trainable params, optimizers, ledger, generator states, step, config, the plan
-        (public statistics), the fingerprint and :attr:`artifacts`. The generator states are kept in
-        every checkpoint except the final one of a secure run (:mod:`raptor.training.checkpoint`)."""
+        (public statistics), the fingerprint and :attr:`artifacts`; bf16 runs' float32 master weights
+        are in the optimizers' state. The generator states are kept in every checkpoint except the
+        final one of a secure run (:mod:`raptor.training.checkpoint`). On W ranks rank 0 writes (every
+        rank holds the same state) and every rank waits for it."""
+        if not self.comm.is_main:
+            self.comm.barrier()
+            return
         final = self.state.step >= self.plan.steps
         save_checkpoint(
             path, model=self.model, optimizers=self.optimizers,
@@ -312,6 +328,7 @@ class Trainer:
                    "plan": self.plan.to_dict(),
                    "nonfinite_records": self.state.nonfinite_records, "step_seconds": self.state.step_seconds},
         )
+        self.comm.barrier()
 
     def resume(self, path, ledger_from_dict) -> None:
         """Continue from a checkpoint of the same run: same config (privacy and method), same
