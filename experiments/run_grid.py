@@ -275,7 +275,8 @@ def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
                        output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers="auto", eval_every=0,
                        max_length=p["max_len"], privacy=privacy,
                        performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256),
-                       optim=OptimConfig(lr=p["lr"], lr_expert=p.get("lr_expert")))
+                       optim=OptimConfig(name=p.get("opt", "adamw"), lr=p["lr"], lr_expert=p.get("lr_expert"),
+                                         weight_decay=0.01 if p.get("opt", "adamw") == "adamw" else 0.0))
 
 
 def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
@@ -317,7 +318,7 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
            "seconds_per_step": res["seconds_per_step"], "calibrated_clips": clips,
            "nonfinite_records_diagnostic_not_dp": res["nonfinite_records_diagnostic_not_dp"],
            "private_records": len(d.private), "public_records": len(d.public), "selection_records": len(d.selection),
-           "dev_records": len(d.dev)}
+           "dev_records": len(d.dev), "data_rule": d.rule}
     out["selection_metric" if split == "selection" else "metric"] = metric
     return out, trainer
 
@@ -493,8 +494,7 @@ def summarize(args, fx: Fixed) -> dict:
         "models": {model_label(k, fx.model_dir): k for k in args.models},
         "delta": fx.delta,
         "fixed": {k: v for k, v in vars(fx).items()},
-        "data_rule": {t: task_data(t, fx.data_dir, fx.public_size, fx.selection_size, fx.max_train).rule
-                      for t in sorted({k[1] for k in summary})},
+        "data_rule": {r["cell"]["task"]: r["result"]["data_rule"] for r in records if "data_rule" in r["result"]},
         "selection": ("tuned on a selection split carved from the TRAINING data and declared public (GLUE public "
                       "convention, as raptor train's --public-size slice), never on the dev split; the final "
                       "cells rerun the selected configuration with fresh seeds and report dev"),
