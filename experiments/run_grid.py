@@ -514,9 +514,37 @@ def summarize(args, fx: Fixed) -> dict:
     for t in tables:
         md += [t, ""]
     md += ["## RAPTOR against the best other DP method", "", *verdict_lines, ""]
+    pairs = warm_vs_random(summary)
+    out["warm_vs_random"] = pairs
+    if pairs:
+        md += ["## Warm start vs random init (same architecture and tokenizer)", "",
+               "| task | method | ε | warm | random | warm - random (se) |", "|---|---|---|---|---|---|"]
+        md += [f"| {r['task']} | {r['method']} | {'-' if r['epsilon'] is None else format(r['epsilon'], 'g')} | "
+               f"{r['warm_mean']:.3f} ± {r['warm_std']:.3f} ({r['n_warm']}) | {r['random_mean']:.3f} ± "
+               f"{r['random_std']:.3f} ({r['n_random']}) | {r['diff']:+.3f} ({r['diff_se']:.3f}) |" for r in pairs]
+        md.append("")
+        write_strict_json(RESULTS / f"{args.grid}.json", out)
     (RESULTS / f"{args.grid}.md").write_text("\n".join(md), encoding="utf-8")
     print("\n".join(md))
     print(f"wrote {RESULTS / (args.grid + '.json')}, {RESULTS / (args.grid + '.md')} and {len(plots)} PNG(s)")
+    return out
+
+
+def warm_vs_random(summary: Mapping) -> list[dict]:
+    """Per (task, method, epsilon) present for a warm model and its ``random(...)`` twin: both
+    means, stds and the difference with its standard error."""
+    out = []
+    for (model, task, method, eps), row in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][2], str(kv[0][3]))):
+        if model.startswith("random("):
+            continue
+        twin = summary.get((f"random({model})", task, method, eps))
+        if twin is None:
+            continue
+        se = math.sqrt(row["std"] ** 2 / row["n"] + twin["std"] ** 2 / twin["n"])
+        out.append({"task": task, "method": method, "epsilon": eps, "warm_mean": row["mean"], "warm_std": row["std"],
+                    "n_warm": row["n"], "random_mean": twin["mean"], "random_std": twin["std"], "n_random": twin["n"],
+                    "diff": row["mean"] - twin["mean"], "diff_se": se, "warm_values": row["values"],
+                    "random_values": twin["values"]})
     return out
 
 
