@@ -461,7 +461,7 @@ def plan(args, fx: Fixed) -> None:
           f"({'measured mean' if walls else 'guess, --seconds-per-cell'}); / {args.shard[1]} with --shard K/{args.shard[1]}")
 
 
-def summarize(args, fx: Fixed) -> dict:
+def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dict:
     from raptor.experiments.report import margins, markdown_table, plot_metric_vs_epsilon, select_best
     from raptor.experiments.report import summarize as summarize_records
     from raptor.training.json_io import write_strict_json
@@ -509,8 +509,10 @@ def summarize(args, fx: Fixed) -> dict:
         "tuning_runs": tune_rows,
         "plots": plots,
     }
-    write_strict_json(RESULTS / f"{args.grid}.json", out)
-    md = [f"# {args.grid}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], ""]
+    out["command"] = ("python experiments/run_grid.py " + " ".join(sys.argv[1:])) if argv_of_main is None else \
+        "python experiments/run_grid.py " + " ".join(argv_of_main)
+    md = [f"# {args.grid}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], "",
+          f"Regenerate: `{out['command']}` (the runs: the same without `--summarize`).", ""]
     for t in tables:
         md += [t, ""]
     md += ["## RAPTOR against the best other DP method", "", *verdict_lines, ""]
@@ -523,7 +525,7 @@ def summarize(args, fx: Fixed) -> dict:
                f"{r['warm_mean']:.3f} ± {r['warm_std']:.3f} ({r['n_warm']}) | {r['random_mean']:.3f} ± "
                f"{r['random_std']:.3f} ({r['n_random']}) | {r['diff']:+.3f} ({r['diff_se']:.3f}) |" for r in pairs]
         md.append("")
-        write_strict_json(RESULTS / f"{args.grid}.json", out)
+    write_strict_json(RESULTS / f"{args.grid}.json", out)
     (RESULTS / f"{args.grid}.md").write_text("\n".join(md), encoding="utf-8")
     print("\n".join(md))
     print(f"wrote {RESULTS / (args.grid + '.json')}, {RESULTS / (args.grid + '.md')} and {len(plots)} PNG(s)")
@@ -611,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plan:
         plan(args, fx)
     elif args.summarize:
-        summarize(args, fx)
+        summarize(args, fx, argv)
     else:
         run(args, fx)
         print(json.dumps({"grid": args.grid, "file": str(shard_path(args.grid, args.shard))}))
