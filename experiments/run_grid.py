@@ -308,8 +308,12 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
         trainer = build(float(spec), float(spec))
     else:  # C from public norms of the method's own groups at the initial weights (cached), then build
         shared, experts = calibration_norms(cell, fx, build)
-        clips = {"clip_shared": clip_value(spec, shared),
-                 "clip_expert": clip_value(spec, experts) if experts.numel() else clip_value(spec, shared)}
+        # a stream with no trainable parameter (expert-only's shared group, shared-only's experts)
+        # has no norm to calibrate on; its clip is then unused, and takes the other stream's
+        c_s, c_e = (clip_value(spec, n) if bool((n > 0).any()) else None for n in (shared, experts))
+        if c_s is None and c_e is None:
+            raise ConfigError(f"{cell.label()}: no positive public gradient norm in any group to calibrate the clip on")
+        clips = {"clip_shared": c_s if c_s is not None else c_e, "clip_expert": c_e if c_e is not None else c_s}
         trainer = build(clips["clip_shared"], clips["clip_expert"])
     start = time.perf_counter()
     res = trainer.fit(progress=False)
