@@ -476,7 +476,8 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
     finals = [r for r in records if r["cell"].get("stage") == "final"
               and best.get(_group_of(r)) == dict(r["cell"]["hparams"])]
     summary = summarize_records(finals)
-    verdicts = margins(summary)
+    # verdicts only between groups with every final seed (a stopped grid leaves some groups short)
+    verdicts = margins({k: v for k, v in summary.items() if v["n"] >= len(args.seeds)})
     tables, plots = [], []
     settings = sorted({(k[0], k[1]) for k in summary})
     for model, task in settings:
