@@ -151,17 +151,16 @@ def main(argv=None) -> int:
     rows = []
     start = time.perf_counter()
     for head in args.heads:
-        rows.append(measure("warm", head, 0, args, fx))
-        rows += [measure("random", head, s, args, fx) for s in args.random_seeds]
-        for r in rows[-1 - len(args.random_seeds):]:
+        for kind, seed in [("warm", 0)] + [("random", s) for s in args.random_seeds]:
+            r = measure(kind, head, seed, args, fx)
+            rows.append(r)
             print(f"{r['model'][:36]:<36} head={head:<11} seed={r['seed']} public acc at init "
                   f"{r['public_at_init']['accuracy']:.3f}  median norm: dense {r['dense']['median']:.3g} shared "
                   f"{r['shared']['median']:.3g} experts {r['experts']['median']:.3g} head {r['head_only']['median']:.3g}"
                   f"  clipped at C=1: dense {r['dense']['clipped_fraction']['1']:.2f} shared "
                   f"{r['shared']['clipped_fraction']['1']:.2f} experts {r['experts']['clipped_fraction']['1']:.2f}; coherence dense "
                   f"{r['coherence']['dense']['coherence']:.3f} (d {r['coherence']['dense']['dim']}) shared "
-                  f"{r['coherence']['shared']['coherence']:.3f}",
-                  flush=True)
+                  f"{r['coherence']['shared']['coherence']:.3f}", flush=True)
     from raptor.training.json_io import write_strict_json
 
     write_strict_json(Path(args.out), {
