@@ -1,0 +1,629 @@
+"""The paper's grid (issue 12): every method x epsilon x seed on a GLUE task, from a warm start or
+random init, with a matched tuning budget; resumable, in process through the library.
+
+    python experiments/run_grid.py --grid sst2_switch --model-dir /work/runs/switch-warm \\
+        --models warm random --tasks sst2 --threads 1            # run (or continue) the grid
+    python experiments/run_grid.py ... --plan                     # cell count and an ETA guess
+    python experiments/run_grid.py ... --summarize                # JSON, markdown, PNGs from the JSONL
+
+Axes: model (``warm`` = the ``save_pretrained`` directory ``--model-dir``; ``random`` = the same
+architecture and tokenizer with random weights drawn from the cell's seed), task, method, target
+epsilon (one fixed delta for every cell, ``--delta``), seed.
+
+Data (the GLUE public convention of ``raptor train``): from the task's TRAINING split, two
+deterministic slices are declared public (``--public-size`` records: the public corpus the
+methods use for routing statistics, layer choice and clip rules; ``--selection-size`` records:
+the selection split used to tune), and the private set is a seeded subsample of the rest
+(``--max-train``). The GLUE dev split is the reported metric and is read only by the final cells.
+
+Matched tuning: every DP method gets the same number of configurations (RAPTOR's own knobs, the
+shared ratio and the clip rule, count inside its budget); each is run once (``--tune-seeds``) and
+scored on the selection split (stage ``tune``); the best one per (model, task, method, epsilon)
+is rerun with ``--seeds`` and scored on dev (stage ``final``). Every finished cell is one line of
+``experiments/results/<grid>.jsonl`` (raptor.experiments.grid); a rerun skips finished cells.
+Cells are seeded (reproducible, NOT secure randomness): this is an experiment, not a release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from raptor.errors import ConfigError
+from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
+from raptor.training.config import METHODS
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # --results-dir replaces it
+DP_METHODS = tuple(m for m in METHODS if m != "nonprivate")
+
+# ------------------------------------------------------------------------------------------------
+# The search space: the same number of configurations for every method (matched budget).
+# ------------------------------------------------------------------------------------------------
+
+#: learning rates every DP method searches over (AdamW)
+LRS = (5e-4, 2e-3)
+#: baselines: lr x clip norm C (a quantile of the public norms, see ``clip_value``); lr varies fastest,
+#: so that the first ``--configs`` configurations of every method are its learning rates at its defaults
+BASELINE_SPACE = tuple({"lr": lr, "clip": c} for c in ("pub-median", "pub-q90") for lr in LRS)
+#: RAPTOR: lr x its own knobs (shared ratio r) with the per-expert median-ratio clip rule on the
+#: public calibration; they count inside the same budget
+RAPTOR_SPACE = tuple({"lr": lr, "clip": "pub-median", "shared_ratio": r, "clip_rule": "median-ratio"}
+                     for r in (0.3, 0.7) for lr in LRS)
+NONPRIVATE_SPACE = tuple({"lr": lr} for lr in (1e-3, 3e-3, 3e-4, 1e-2))
+#: configurations per method actually searched (``--configs``): the first K of each space
+CONFIGS = 2
+
+
+def search_space(method: str) -> tuple[dict, ...]:
+    space = NONPRIVATE_SPACE if method == "nonprivate" else RAPTOR_SPACE if method == "raptor" else BASELINE_SPACE
+    return space[:CONFIGS]
+
+
+def check_matched_budget(methods: Sequence[str]) -> int:
+    sizes = {m: len(search_space(m)) for m in methods if m != "nonprivate"}
+    if len(set(sizes.values())) > 1:
+        raise ConfigError(f"unmatched tuning budget: configurations per DP method {sizes}")
+    return next(iter(sizes.values()), 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Data: public slice, selection slice, private subsample, dev: all from the library's loaders.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskData:
+    public: object        # ClassificationData, declared public (slice of the training split)
+    selection: object     # ClassificationData, declared public (a second slice): the tuning split
+    private: object       # ClassificationData, private (a seeded subsample of the rest)
+    dev: object           # ClassificationData: the reported split
+    metrics: tuple[str, ...]
+    task_type: str
+    rule: str
+
+
+@lru_cache(maxsize=8)
+def task_data(task: str, data_dir: str, public_size: int, selection_size: int, max_train: int | None) -> TaskData:
+    import numpy as np
+
+    from raptor.data.loaders import DataSource, load_splits, split_public_private
+
+    splits, desc = load_splits(DataSource(task=task, data_dir=data_dir))
+    train = splits.train
+    carved = split_public_private(train, public_size=public_size + selection_size, seed=0)
+    pub_all = carved.public
+    public = pub_all.subset(range(public_size), source=f"{task} public corpus")
+    selection = pub_all.subset(range(public_size, len(pub_all)), source=f"{task} selection split")
+    private = carved.private
+    if max_train is not None and max_train < len(private):
+        idx = np.random.Generator(np.random.PCG64(1)).permutation(len(private))[:max_train]
+        private = private.subset(sorted(int(i) for i in idx), source=f"{task} private subsample")
+    rule = (f"{desc}: {carved.rule}; of those, the first {public_size} (in index order) are the public corpus "
+            f"and the other {selection_size} the selection split (both declared public); private = "
+            + (f"{len(private)} of the rest, PCG64(1) permutation" if max_train else "the rest"))
+    return TaskData(public, selection, private, splits.validation, splits.metric_names, train.task_type, rule)
+
+
+# ------------------------------------------------------------------------------------------------
+# Models: the warm directory, or the same architecture with random weights.
+# ------------------------------------------------------------------------------------------------
+
+
+def model_label(kind: str, model_dir: str) -> str:
+    """``<dir name>@<sha of its weights>`` (warm) or ``random(<same>)``: a stable key part."""
+    path = Path(model_dir)
+    weights = path / "model.safetensors"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8] if weights.exists() else "noweights"
+    base = f"{path.name}@{digest}"
+    if kind == "warm":
+        return base
+    if kind == "random":
+        return f"random({base})"
+    raise ConfigError(f"--models takes 'warm' and/or 'random', got {kind!r}")
+
+
+@lru_cache(maxsize=2)
+def tokenizer_of(model_dir: str):
+    from raptor.data import load_tokenizer
+
+    return load_tokenizer(model_dir)
+
+
+def make_model(model: str, model_dir: str, num_labels: int, seed: int, head: str, task: str):
+    """The cell's model: warm weights or a random init (generator seeded by ``seed``), and its head."""
+    from raptor.moe.models import build_model, load_model
+    from raptor.training.head_init import LABEL_WORDS, classification_head, init_head_from_label_words
+
+    if model.startswith("random("):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_dir)
+        config.num_labels = num_labels
+        if num_labels == 1:
+            config.problem_type = "regression"
+        config.dtype = "float32"
+        net = build_model(config, generator=torch.Generator().manual_seed(10_000 + seed)).float()
+    else:
+        net = load_model(model_dir, num_labels=num_labels)
+    tokenizer = tokenizer_of(model_dir)
+    if head == "label-words":
+        init_head_from_label_words(net, tokenizer, LABEL_WORDS[task])
+    elif head == "random":  # the head from an explicit generator (HF would draw it from the global RNG)
+        lin = classification_head(net)
+        with torch.no_grad():
+            lin.weight.copy_(torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(20_000 + seed)) * 0.02)
+            if lin.bias is not None:
+                lin.bias.zero_()
+    else:
+        raise ConfigError(f"head init must be 'random' or 'label-words', got {head!r}")
+    return net, tokenizer
+
+
+@lru_cache(maxsize=4)
+def records_of(model_dir: str, task: str, data_dir: str, public_size: int, selection_size: int,
+               max_train: int | None, max_length: int) -> dict:
+    from raptor.data.loaders import to_records
+
+    d = task_data(task, data_dir, public_size, selection_size, max_train)
+    tok = tokenizer_of(model_dir)
+    return {name: to_records(tok, getattr(d, name), max_length)
+            for name in ("public", "selection", "private", "dev")}
+
+
+# ------------------------------------------------------------------------------------------------
+# Public clip calibration: C from public per-record norms of the method's own gradient groups.
+# ------------------------------------------------------------------------------------------------
+
+
+def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int) -> dict:
+    """{group key: unclipped per-record norms on the public records} from a built trainer's engine.
+
+    Privacy: public records only (the engine is the one the private run will use; its weights are
+    the initial ones, public)."""
+    from raptor.training.public_stage import batches
+
+    engine = trainer.engine
+    keys = list(engine.group_map.keys)
+    out: dict = {k: [] for k in keys}
+    for batch in batches(public, micro, "cpu"):
+        res = engine.compute(batch, {k: math.inf for k in keys})
+        for k in keys:
+            n = res.norms[k].detach().double()
+            if k.is_expert:
+                n = n[res.owners[k.layer] == k.expert_id]
+            out[k].append(n)
+    return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in out.items()}
+
+
+_NORMS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def calibration_norms(cell: Cell, fx: Fixed, build) -> tuple[torch.Tensor, torch.Tensor]:
+    """(shared or dense norms, owner-expert norms) of the public records at the cell's initial
+    weights, for its method: computed once per (model, task, method, head, data settings, and the
+    seed where the initial weights depend on it)."""
+    p = cell.params
+    seeded = cell.model.startswith("random(") or p["head"] == "random"
+    key = (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"],
+           cell.seed if seeded else None)
+    if key not in _NORMS:
+        probe = build(1.0, 1.0)
+        norms = public_norms(probe, records_of(fx.model_dir, cell.task, fx.data_dir, p["n_pub"], p["n_sel"],
+                                               p["n_train"] or None, p["max_len"])["public"], fx.micro_batch_size)
+        shared = torch.cat([v for k, v in norms.items() if not k.is_expert])
+        experts = [v for k, v in norms.items() if k.is_expert]
+        _NORMS[key] = (shared, torch.cat(experts) if experts else torch.zeros(0, dtype=torch.float64))
+    return _NORMS[key]
+
+
+def clip_value(spec, norms: torch.Tensor) -> float:
+    """A number, or ``pub-median`` / ``pub-q90``: that quantile of the public norms."""
+    if isinstance(spec, (int, float)):
+        return float(spec)
+    q = {"pub-median": 0.5, "pub-q90": 0.9}.get(spec)
+    if q is None:
+        raise ConfigError(f"clip must be a number, 'pub-median' or 'pub-q90', got {spec!r}")
+    n = norms[torch.isfinite(norms) & (norms > 0)]
+    if n.numel() == 0:
+        raise ConfigError("no finite positive public gradient norm to calibrate the clip on")
+    return float(torch.quantile(n, q))
+
+
+# ------------------------------------------------------------------------------------------------
+# One cell.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Settings shared by every cell of a grid (they go into each cell's hparams, hence its key)."""
+
+    model_dir: str
+    data_dir: str
+    public_size: int = 500
+    selection_size: int = 500
+    max_train: int | None = 2000
+    max_length: int = 40
+    batch_size: int = 128
+    epochs: float = 2.0
+    delta: float = 1e-5
+    head: str = "label-words"
+    micro_batch_size: int = 64
+
+    def hparams(self) -> dict:
+        return {"n_pub": self.public_size, "n_sel": self.selection_size, "n_train": self.max_train or 0,
+                "max_len": self.max_length, "B": self.batch_size, "epochs": self.epochs, "head": self.head}
+
+
+def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+
+    p = cell.params
+    privacy = PrivacyConfig(epsilon=None if cell.method == "nonprivate" else cell.epsilon, delta=fx.delta,
+                            clip_shared=clip_shared, clip_expert=clip_expert,
+                            clip_rule=p.get("clip_rule", "uniform"), shared_ratio=p.get("shared_ratio", 0.3),
+                            secure_rng=False)
+    return TrainConfig(method=cell.method, epochs=p["epochs"], batch_size=p["B"], seed=cell.seed,
+                       output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers="auto", eval_every=0,
+                       max_length=p["max_len"], privacy=privacy,
+                       performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256),
+                       optim=OptimConfig(name=p.get("opt", "adamw"), lr=p["lr"], lr_expert=p.get("lr_expert"),
+                                         weight_decay=0.01 if p.get("opt", "adamw") == "adamw" else 0.0))
+
+
+def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
+    """Train one cell through the library; return (the result record, the trainer)."""
+    from raptor.training.build import build_trainer
+    from raptor.training.evaluator import Evaluator
+
+    p = cell.params
+    d = task_data(cell.task, fx.data_dir, p["n_pub"], p["n_sel"], p["n_train"] or None)
+    recs = records_of(fx.model_dir, cell.task, fx.data_dir, p["n_pub"], p["n_sel"], p["n_train"] or None,
+                      p["max_len"])
+    split = eval_split or ("selection" if cell.stage == "tune" else "dev")
+    evaluator = Evaluator({split: recs[split]}, task_type=d.task_type, metrics=d.metrics, batch_size=256)
+    num_labels = 1 if d.task_type == "regression" else len(d.private.label_names)
+
+    def build(clip_s: float, clip_e: float):
+        net, _ = make_model(cell.model, fx.model_dir, num_labels, cell.seed, p["head"], cell.task)
+        return build_trainer(build_config(cell, fx, clip_s, clip_e), net, train=recs["private"],
+                             validation=recs[split], public=recs["public"], evaluator=evaluator)
+
+    clips = {}
+    spec = p.get("clip", 1.0)
+    if cell.method == "nonprivate":
+        trainer = build(1.0, 1.0)  # no clipping on the plain path
+    elif isinstance(spec, (int, float)):
+        trainer = build(float(spec), float(spec))
+    else:  # C from public norms of the method's own groups at the initial weights (cached), then build
+        shared, experts = calibration_norms(cell, fx, build)
+        # a stream with no trainable parameter (expert-only's shared group, shared-only's experts)
+        # has no norm to calibrate on; its clip is then unused, and takes the other stream's
+        c_s, c_e = (clip_value(spec, n) if bool((n > 0).any()) else None for n in (shared, experts))
+        if c_s is None and c_e is None:
+            raise ConfigError(f"{cell.label()}: no positive public gradient norm in any group to calibrate the clip on")
+        clips = {"clip_shared": c_s if c_s is not None else c_e, "clip_expert": c_e if c_e is not None else c_s}
+        trainer = build(clips["clip_shared"], clips["clip_expert"])
+    start = time.perf_counter()
+    res = trainer.fit(progress=False)
+    main = res["main_metric"]
+    metric = float(res["final_metrics"][main])
+    out = {"metric_name": main, "epsilon": res["epsilon"], "delta": res["delta"], "steps": res["steps"],
+           "sigma": res["sigma"], "sample_rate": res["sample_rate"], "trained_layers": res.get("trained_layers"),
+           "final_metrics": res["final_metrics"], "eval_split": split, "fit_seconds": time.perf_counter() - start,
+           "seconds_per_step": res["seconds_per_step"], "calibrated_clips": clips,
+           "nonfinite_records_diagnostic_not_dp": res["nonfinite_records_diagnostic_not_dp"],
+           "private_records": len(d.private), "public_records": len(d.public), "selection_records": len(d.selection),
+           "dev_records": len(d.dev), "data_rule": d.rule}
+    out["selection_metric" if split == "selection" else "metric"] = metric
+    return out, trainer
+
+
+# ------------------------------------------------------------------------------------------------
+# The grid: cells, stages, shards, plan, summaries.
+# ------------------------------------------------------------------------------------------------
+
+
+def groups(args, fx: Fixed) -> list[tuple[str, str, str, float | None]]:
+    """(model, task, method, epsilon) in run order: per task the non-private groups, then per
+    epsilon every model and method (so that a stopped grid holds whole comparisons)."""
+    models = [model_label(k, fx.model_dir) for k in args.models]
+    out: list[tuple[str, str, str, float | None]] = []
+    for task in args.tasks:
+        if "nonprivate" in args.methods:
+            out += [(model, task, "nonprivate", None) for model in models]
+        out += [(model, task, method, eps) for eps in args.epsilons for model in models
+                for method in args.methods if method != "nonprivate"]
+    return out
+
+
+def tune_cells(group, fx: Fixed, tune_seeds: Sequence[int]) -> list[Cell]:
+    model, task, method, eps = group
+    return [Cell(model=model, task=task, method=method, epsilon=eps, seed=s, stage="tune",
+                 hparams={**fx.hparams(), **h}) for h in search_space(method) for s in tune_seeds]
+
+
+def final_cells(group, fx: Fixed, best: Mapping, seeds: Sequence[int]) -> list[Cell]:
+    model, task, method, eps = group
+    return [Cell(model=model, task=task, method=method, epsilon=eps, seed=s, stage="final", hparams=best)
+            for s in seeds]
+
+
+def shard_path(grid: str, shard: tuple[int, int]) -> Path:
+    k, n = shard
+    return RESULTS / (f"{grid}.jsonl" if n == 1 else f"{grid}.shard{k}of{n}.jsonl")
+
+
+def all_records(grid: str) -> list[dict]:
+    """Finished cells of every file of the grid (the main file and any shard files)."""
+    out = []
+    for path in sorted(RESULTS.glob(f"{grid}*.jsonl")):
+        if path.name == f"{grid}.jsonl" or path.name.startswith(f"{grid}.shard"):
+            out += [r for r in read_records(path) if r.get("status", "ok") == "ok"]
+    return out
+
+
+def selected(records: Sequence[Mapping], group) -> dict | None:
+    from raptor.experiments.report import select_best
+
+    best = select_best([r for r in records if _group_of(r) == group])
+    return best.get(group)
+
+
+def _group_of(record: Mapping) -> tuple:
+    c = record["cell"]
+    return (c["model"], c["task"], c["method"], c["epsilon"])
+
+
+def run(args, fx: Fixed) -> None:
+    from tqdm.auto import tqdm
+
+    gs = [g for i, g in enumerate(groups(args, fx)) if i % args.shard[1] == args.shard[0]]
+    path = shard_path(args.grid, tuple(args.shard))
+    done = {r["key"] for r in all_records(args.grid)}
+    total = sum(len(search_space(g[2])) * len(args.tune_seeds) + len(args.seeds) for g in gs)
+    bar = tqdm(total=total, desc=args.grid, unit="cell", dynamic_ncols=True)
+    rev = git_revision(HERE)
+    deadline = None if args.stop_at is None else _deadline(args.stop_at)
+
+    def runner(cell: Cell) -> dict:
+        result, _ = train_cell(cell, fx)
+        return result
+
+    for g in gs:
+        tune = tune_cells(g, fx, args.tune_seeds)
+        pending = [c for c in tune if c.key not in done]
+        bar.update(len(tune) - len(pending))
+        for c in pending:
+            if deadline is not None and time.time() > deadline:
+                bar.close()
+                print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
+                return
+            bar.set_postfix_str(c.label()[:70])
+            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
+            bar.update(1)
+        records = all_records(args.grid)
+        done = {r["key"] for r in records}
+        best = selected(records, g)
+        if best is None:
+            bar.update(len(args.seeds))
+            continue
+        final = final_cells(g, fx, best, args.seeds)
+        bar.update(sum(c.key in done for c in final))
+        for c in (c for c in final if c.key not in done):
+            if deadline is not None and time.time() > deadline:
+                bar.close()
+                print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
+                return
+            bar.set_postfix_str(c.label()[:70])
+            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
+            bar.update(1)
+        done = {r["key"] for r in all_records(args.grid)}
+    bar.close()
+
+
+def _deadline(text: str) -> float:
+    """``HH:MM`` UTC today as a POSIX time."""
+    import datetime as dt
+
+    hh, mm = (int(v) for v in text.split(":"))
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+
+
+def plan(args, fx: Fixed) -> None:
+    gs = groups(args, fx)
+    records = all_records(args.grid)
+    done = {r["key"] for r in records}
+    per_group = {g: len(search_space(g[2])) * len(args.tune_seeds) + len(args.seeds) for g in gs}
+    total = sum(per_group.values())
+    finished = 0
+    for g in gs:
+        finished += sum(c.key in done for c in tune_cells(g, fx, args.tune_seeds))
+        best = selected(records, g)
+        if best is not None:
+            finished += sum(c.key in done for c in final_cells(g, fx, best, args.seeds))
+    walls = [r["wall_seconds"] for r in records if r.get("wall_seconds")]
+    per_cell = sum(walls) / len(walls) if walls else args.seconds_per_cell
+    left = total - finished
+    k = check_matched_budget(args.methods)
+    print(f"grid {args.grid}: {len(gs)} (model, task, method, epsilon) groups; {total} cells "
+          f"({k} configurations per DP method x {len(args.tune_seeds)} tune seed(s), + {len(args.seeds)} final seeds); "
+          f"{finished} done, {left} to run")
+    print(f"ETA: {left} x {per_cell:.0f} s = {left * per_cell / 3600:.2f} h on one process "
+          f"({'measured mean' if walls else 'guess, --seconds-per-cell'}); / {args.shard[1]} with --shard K/{args.shard[1]}")
+
+
+def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dict:
+    from raptor.experiments.report import margins, markdown_table, plot_metric_vs_epsilon, select_best
+    from raptor.experiments.report import summarize as summarize_records
+    from raptor.training.json_io import write_strict_json
+
+    records = all_records(args.grid)
+    best = select_best(records)
+    # final cells whose hparams are the selected ones (a changed selection leaves stale finals out)
+    finals = [r for r in records if r["cell"].get("stage") == "final"
+              and best.get(_group_of(r)) == dict(r["cell"]["hparams"])]
+    summary = summarize_records(finals)
+    # verdicts only between groups with every final seed (a stopped grid leaves some groups short)
+    verdicts = margins({k: v for k, v in summary.items() if v["n"] >= len(args.seeds)})
+    tables, plots = [], []
+    settings = sorted({(k[0], k[1]) for k in summary})
+    for model, task in settings:
+        tables.append(markdown_table(summary, model=model, task=task))
+        name = f"{args.grid}_{task}_{_slug(model)}.png"
+        plots.append(str(plot_metric_vs_epsilon(summary, RESULTS / name, model=model, task=task)))
+    tune_rows = {}
+    for r in records:
+        if r["cell"].get("stage") == "tune":
+            g = _group_of(r)
+            tune_rows.setdefault(" / ".join(str(v) for v in g), []).append(
+                {"hparams": r["cell"]["hparams"], "seed": r["cell"]["seed"],
+                 "selection_metric": r["result"]["selection_metric"], "calibrated_clips": r["result"].get("calibrated_clips")})
+    verdict_lines = [f"- {v['model']} / {v['task']} / eps {v['epsilon']}: raptor {v['mean']:.3f} ± {v['std']:.3f} vs "
+                     f"{v['best_baseline']} {v['baseline_mean']:.3f} ± {v['baseline_std']:.3f}: margin "
+                     f"{v['margin']:+.3f} (se {v['margin_se']:.3f}) -> {v['verdict']}" for v in verdicts]
+    out = {
+        "grid": args.grid,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_revision": git_revision(HERE),
+        "model_dir": fx.model_dir,
+        "models": {model_label(k, fx.model_dir): k for k in args.models},
+        "delta": fx.delta,
+        "fixed": {k: v for k, v in vars(fx).items()},
+        "data_rule": {r["cell"]["task"]: r["result"]["data_rule"] for r in records if "data_rule" in r["result"]},
+        "selection": ("tuned on a selection split carved from the TRAINING data and declared public (GLUE public "
+                      "convention, as raptor train's --public-size slice), never on the dev split; the final "
+                      "cells rerun the selected configuration with fresh seeds and report dev"),
+        "search_space": {m: list(search_space(m)) for m in METHODS},
+        "configs_per_dp_method": check_matched_budget([m for m in METHODS]),
+        "selected": {" / ".join(str(v) for v in g): h for g, h in best.items()},
+        "summary": [dict(v) for v in summary.values()],
+        "margins": verdicts,
+        "tuning_runs": tune_rows,
+        "plots": plots,
+    }
+    out["command"] = ("python experiments/run_grid.py " + " ".join(sys.argv[1:])) if argv_of_main is None else \
+        "python experiments/run_grid.py " + " ".join(argv_of_main)
+    md = [f"# {args.grid}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], "",
+          f"Regenerate: `{out['command']}` (the runs: the same without `--summarize`).", ""]
+    for t in tables:
+        md += [t, ""]
+    md += ["## RAPTOR against the best other DP method", "", *verdict_lines, ""]
+    pairs = warm_vs_random(summary)
+    out["warm_vs_random"] = pairs
+    if pairs:
+        md += ["## Warm start vs random init (same architecture and tokenizer)", "",
+               "| task | method | ε | warm | random | warm - random (se) |", "|---|---|---|---|---|---|"]
+        md += [f"| {r['task']} | {r['method']} | {'-' if r['epsilon'] is None else format(r['epsilon'], 'g')} | "
+               f"{r['warm_mean']:.3f} ± {r['warm_std']:.3f} ({r['n_warm']}) | {r['random_mean']:.3f} ± "
+               f"{r['random_std']:.3f} ({r['n_random']}) | {r['diff']:+.3f} ({r['diff_se']:.3f}) |" for r in pairs]
+        md.append("")
+    write_strict_json(RESULTS / f"{args.grid}.json", out)
+    (RESULTS / f"{args.grid}.md").write_text("\n".join(md), encoding="utf-8")
+    print("\n".join(md))
+    print(f"wrote {RESULTS / (args.grid + '.json')}, {RESULTS / (args.grid + '.md')} and {len(plots)} PNG(s)")
+    return out
+
+
+def warm_vs_random(summary: Mapping) -> list[dict]:
+    """Per (task, method, epsilon) present for a warm model and its ``random(...)`` twin: both
+    means, stds and the difference with its standard error."""
+    out = []
+    for (model, task, method, eps), row in sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][2], str(kv[0][3]))):
+        if model.startswith("random("):
+            continue
+        twin = summary.get((f"random({model})", task, method, eps))
+        if twin is None:
+            continue
+        se = math.sqrt(row["std"] ** 2 / row["n"] + twin["std"] ** 2 / twin["n"])
+        out.append({"task": task, "method": method, "epsilon": eps, "warm_mean": row["mean"], "warm_std": row["std"],
+                    "n_warm": row["n"], "random_mean": twin["mean"], "random_std": twin["std"], "n_random": twin["n"],
+                    "diff": row["mean"] - twin["mean"], "diff_se": se, "warm_values": row["values"],
+                    "random_values": twin["values"]})
+    return out
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text).strip("_")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p.add_argument("--grid", default="sst2_switch", help="name: experiments/results/<grid>.jsonl/.json/.md")
+    p.add_argument("--model-dir", required=True, help="the warm start: a save_pretrained directory with its tokenizer")
+    p.add_argument("--models", nargs="+", default=["warm"], choices=("warm", "random"))
+    p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
+    p.add_argument("--tasks", nargs="+", default=["sst2"])
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1.0, 3.0, 8.0])
+    p.add_argument("--delta", type=float, default=1e-5, help="one fixed delta for every cell (default 1e-5)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="final-stage seeds")
+    p.add_argument("--tune-seeds", nargs="+", type=int, default=[100], help="tuning-stage seeds")
+    p.add_argument("--public-size", type=int, default=500, help="public corpus: records of the training split")
+    p.add_argument("--selection-size", type=int, default=500, help="selection split: records of the training split")
+    p.add_argument("--max-train", type=int, default=2000, help="private records (a seeded subsample; 0: all)")
+    p.add_argument("--max-length", type=int, default=40)
+    p.add_argument("--batch-size", type=int, default=128, help="expected Poisson batch size B")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--head-init", choices=("random", "label-words"), default="label-words")
+    p.add_argument("--micro-batch-size", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--shard", default="0/1", help="K/N: run the groups with index % N == K (own JSONL file)")
+    p.add_argument("--stop-at", default=None, help="HH:MM UTC: start no new cell after this time")
+    p.add_argument("--on-error", choices=("raise", "record"), default="record")
+    p.add_argument("--configs", type=int, default=2, choices=(1, 2, 3, 4),
+                   help="configurations per method (the same for every DP method): the first K of its space")
+    p.add_argument("--results-dir", default=str(RESULTS), help="where <grid>.jsonl and the summaries go")
+    p.add_argument("--seconds-per-cell", type=float, default=30.0, help="--plan's guess before any cell ran")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--plan", action="store_true", help="print the cell count and an ETA guess; run nothing")
+    mode.add_argument("--summarize", action="store_true", help="write <grid>.json/.md and the PNGs; run nothing")
+    args = p.parse_args(argv)
+    try:
+        k, n = (int(v) for v in args.shard.split("/"))
+    except ValueError as err:
+        raise ConfigError(f"--shard must be K/N with 0 <= K < N, got {args.shard!r}") from err
+    if not 0 <= k < n:
+        raise ConfigError(f"--shard must be K/N with 0 <= K < N, got {args.shard!r}")
+    args.shard = (k, n)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global RESULTS, CONFIGS
+    args = parse_args(argv)
+    RESULTS = Path(args.results_dir)
+    CONFIGS = args.configs
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # the load report of every cell's head
+    check_matched_budget(args.methods)
+    fx = Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=args.public_size,
+               selection_size=args.selection_size, max_train=args.max_train or None, max_length=args.max_length,
+               batch_size=args.batch_size, epochs=args.epochs, delta=args.delta, head=args.head_init,
+               micro_batch_size=args.micro_batch_size)
+    if args.plan:
+        plan(args, fx)
+    elif args.summarize:
+        summarize(args, fx, argv)
+    else:
+        run(args, fx)
+        print(json.dumps({"grid": args.grid, "file": str(shard_path(args.grid, args.shard))}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""experiments/run_grid.py: matched budget, tune -> final on fresh seeds, resume, plan and summaries
+(training replaced by a fake: the library parts are tested in test_grid.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def rg(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location("run_grid_under_test", ROOT / "experiments" / "run_grid.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["run_grid_under_test"] = mod
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop("run_grid_under_test", None)
+
+
+def _fake(calls):
+    def train_cell(cell, fx, *, eval_split=None):
+        calls.append(cell)
+        lr = cell.params["lr"]
+        score = 0.6 + (0.1 if lr == 2e-3 else 0.0) + 0.01 * cell.seed
+        split = "selection" if cell.stage == "tune" else "dev"
+        out = {"metric_name": "accuracy", "epsilon": cell.epsilon or "inf", "delta": fx.delta, "eval_split": split,
+               "calibrated_clips": {}}
+        out["selection_metric" if split == "selection" else "metric"] = score
+        return out, None
+    return train_cell
+
+
+def _args(rg, tmp_path, *extra):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "model.safetensors").write_bytes(b"weights")
+    argv = ["--grid", "t", "--results-dir", str(tmp_path / "res"), "--model-dir", str(model), "--models", "warm",
+            "random", "--methods", "nonprivate", "dpsgd", "raptor", "--epsilons", "1", "8", "--seeds", "0", "1", "2",
+            *extra]
+    return argv
+
+
+def test_matched_budget_and_search_space(rg):
+    k = rg.check_matched_budget(rg.METHODS)
+    assert k >= 2 and all(len(rg.search_space(m)) == k for m in rg.DP_METHODS)
+    assert all("lr" in h for m in rg.METHODS for h in rg.search_space(m))
+
+
+def test_tune_then_final_on_fresh_seeds_then_resume(rg, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    argv = _args(rg, tmp_path)
+    assert rg.main(argv) == 0
+    k = rg.check_matched_budget(rg.METHODS)
+    groups = 2 * (1 + 2 * 2)  # models x (nonprivate + methods x epsilons)
+    assert len(calls) == groups * (k + 3)
+    tunes = [c for c in calls if c.stage == "tune"]
+    finals = [c for c in calls if c.stage == "final"]
+    assert {c.seed for c in tunes} == {100} and {c.seed for c in finals} == {0, 1, 2}
+    # the best on the selection split; ties (nonprivate here) go to the configuration listed first
+    assert all(c.params["lr"] == (2e-3 if c.method != "nonprivate" else 1e-3) for c in finals)
+    lines = (tmp_path / "res" / "t.jsonl").read_text().splitlines()
+    assert len(lines) == len(calls)
+    calls.clear()
+    assert rg.main(argv) == 0  # a rerun skips every finished cell
+    assert calls == []
+    capsys.readouterr()
+    assert rg.main([*argv, "--plan"]) == 0
+    assert "0 to run" in capsys.readouterr().out
+    assert rg.main([*argv, "--summarize"]) == 0
+    out = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert out["delta"] == 1e-5 and out["search_space"]["raptor"] and out["selected"]
+    rows = {(r["model"], r["method"], r["target_epsilon"]): r for r in out["summary"]}
+    assert all(r["n"] == 3 and len(r["values"]) == 3 for r in rows.values())
+    assert len(list((tmp_path / "res").glob("t_sst2_*.png"))) == 2
+    assert "never on the dev split" in out["selection"]
+
+
+def test_shards_split_the_groups(rg, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    for shard in ("0/2", "1/2"):
+        assert rg.main([*_args(rg, tmp_path), "--shard", shard]) == 0
+    keys = [c.key for c in calls]
+    assert len(keys) == len(set(keys))
+    assert (tmp_path / "res" / "t.shard0of2.jsonl").exists() and (tmp_path / "res" / "t.shard1of2.jsonl").exists()
+    calls.clear()
+    assert rg.main(_args(rg, tmp_path)) == 0  # the unsharded rerun sees every shard's cells
+    assert calls == []
