@@ -5,6 +5,7 @@ docs/ERRORS.md (``python tests/cli/test_bad_inputs.py`` prints it)."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import re
 import shutil
@@ -14,6 +15,7 @@ import pytest
 
 from raptor.cli.main import main
 
+HAVE_DATASETS = importlib.util.find_spec("datasets") is not None
 ROWS = [(f"{w} movie {v} plot", i % 2) for i, (w, v) in
         enumerate(zip(["good", "bad", "great", "awful", "fine", "poor"] * 10, ["nice", "dull", "fun"] * 20))]
 GOOD_TSV = "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in ROWS)
@@ -93,8 +95,10 @@ CASES = [
     Case("pair task given one text column", _user("--task", "mrpc"), r"task mrpc takes sentence pairs",
          {"train.tsv": GOOD_TSV}),
     # ---- data sources and public data
+    # Without the optional `datasets` package (CI installs only `.[dev]`) the error says how to get it.
     Case("--task without --data-dir and no cached copy", ["--task", "sst2", "--hf-cache", "{d}"],
-         r"no cached copy of glue/sst2 .*never downloads"),
+         r"no cached copy of glue/sst2 .*never downloads" if HAVE_DATASETS
+         else r"needs the `datasets` package: pip install raptor-dp\[hub\].*--data-dir"),
     Case("--data-dir that does not exist", ["--task", "sst2", "--data-dir", "{d}/nope"], r"nope"),
     Case("unknown --task", ["--task", "imdbx", "--data-dir", "{d}"], r"imdbx"),
     Case("--train-file together with --task/--data-dir", _user("--task", "sst2", "--data-dir", "{d}"),
