@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--distributed", action="store_true")
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--save-dir", default=None, help="checkpoint every method after step STEPS-1, then resume it")
     p.add_argument("--secure-check", action="store_true")

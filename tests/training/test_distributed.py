@@ -4,7 +4,6 @@ equals the 1-process run step for step (every method); a dead rank ends the job 
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import pytest
 import torch
 
 from raptor.mechanisms import AesCtrGenerator, poisson_sample, seeded_generator
-from raptor.mechanisms.secure_rng import KEY_BYTES
 from raptor.training.distributed import Communicator, DistConfig, SingleProcess, init_communicator
 from raptor.training.release import GroupRelease
 
@@ -70,15 +68,19 @@ def test_union_size_is_binomial_and_membership_independent():
 
 
 def test_aes_sampler_shared_by_the_ranks_gives_the_single_process_sample():
-    # secure mode: every rank keys its sampler with rank 0's 48 bytes, so the shards of the AES
+    # secure mode: every rank starts its sampler at rank 0's AES state, so the shards of the AES
     # stream's uniforms partition the one Poisson sample the same stream gives one process
-    key = secrets.token_bytes(KEY_BYTES)
-    parts = [_FakeRank(r, 3).sample(257, 0.2, AesCtrGenerator(key_material=key)) for r in range(3)]
+    state = AesCtrGenerator().get_state()
+
+    def shared():
+        gen = AesCtrGenerator()
+        gen.set_state(state)
+        return gen
+
+    parts = [_FakeRank(r, 3).sample(257, 0.2, shared()) for r in range(3)]
     union = torch.sort(torch.cat(parts)).values
-    assert torch.equal(union, poisson_sample(257, 0.2, AesCtrGenerator(key_material=key)))
+    assert torch.equal(union, poisson_sample(257, 0.2, shared()))
     assert not torch.equal(union, poisson_sample(257, 0.2, AesCtrGenerator()))  # a fresh key: another sample
-    with pytest.raises(ValueError, match="48 bytes"):
-        AesCtrGenerator(key_material=b"short")
 
 
 def test_single_process_communicator_is_the_identity():

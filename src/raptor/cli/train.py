@@ -341,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
     if not comm.is_main:  # rank 0 writes; the others join its checkpoint barrier and leave
         trainer.save(config.output_path / "checkpoint")
         comm.close()
+        if stopped is not None:
+            raise stopped
         return 0
     print(f"raptor train: {config.method} on {data.source}: {len(data.private):,} private / {len(data.public):,} "
           f"public ({data.public_source.describe()}) / {len(data.validation) if data.validation is not None else 0:,} "

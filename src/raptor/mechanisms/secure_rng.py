@@ -53,8 +53,6 @@ _ZEROS = bytes(1 << 23)  # plaintext of one AES call (8 MiB of keystream)
 
 _KEY_BYTES, _BLOCK_BYTES = 32, 16
 _STATE_BYTES = _KEY_BYTES + _BLOCK_BYTES + 8
-#: Bytes of key material of one stream: a 256-bit key and a 128-bit initial counter block.
-KEY_BYTES = _KEY_BYTES + _BLOCK_BYTES
 
 
 def _cipher(key: bytes, counter: bytes):
@@ -69,21 +67,15 @@ def _cipher(key: bytes, counter: bytes):
 class AesCtrGenerator:
     """A cryptographically secure random stream with the draws raptor's mechanisms need.
 
-    ``device`` is where the draws are returned (the stream itself runs on the CPU). ``key_material``
-    (:data:`KEY_BYTES` bytes from :func:`secrets.token_bytes`) is given only to make the SAME stream
-    in several processes of one data-parallel job (:mod:`raptor.training.distributed`: every rank's
-    sampler); by default the key comes from the OS CSPRNG and exists in this object only.
+    ``device`` is where the draws are returned (the stream itself runs on the CPU).
     """
 
     secure = True
     kind = "aes-256-ctr"
 
-    def __init__(self, device: str | torch.device = "cpu", *, key_material: bytes | None = None):
-        if key_material is not None and (not isinstance(key_material, bytes) or len(key_material) != KEY_BYTES):
-            raise ConfigError(f"AesCtrGenerator key_material must be {KEY_BYTES} bytes from the OS CSPRNG")
+    def __init__(self, device: str | torch.device = "cpu"):
         self.device = torch.device(device)
-        material = secrets.token_bytes(KEY_BYTES) if key_material is None else key_material
-        self._key, self._counter, self._used = material[:_KEY_BYTES], material[_KEY_BYTES:KEY_BYTES], 0
+        self._key, self._counter, self._used = secrets.token_bytes(_KEY_BYTES), secrets.token_bytes(_BLOCK_BYTES), 0
         self._enc = _cipher(self._key, self._counter)
 
     def get_state(self) -> torch.Tensor:

@@ -9,9 +9,9 @@ CPU, nccl on GPU); :func:`init_communicator` makes one. docs/DISTRIBUTED.md has 
 One update t on W ranks (rank r = 0..W-1):
 
 1. **Sampling** (:meth:`Communicator.sample`). Every rank's sampling generator is in the SAME state
-   (:meth:`Communicator.generators`): seeded runs seed it with the run's seed; secure runs key an
-   AES-256-CTR stream with 48 bytes from rank 0's OS CSPRNG, broadcast once and held in memory
-   only. Each rank draws the same N uniforms U_1..U_N and keeps S_t^r = {i : i mod W = r, U_i < q}.
+   (:meth:`Communicator.generators`): seeded runs seed it with the run's seed; secure runs start
+   every rank's AES-256-CTR stream at rank 0's state (key and counter from rank 0's OS CSPRNG,
+   broadcast once; a mid-run checkpoint holds it as in one process). Each rank draws the same N uniforms U_1..U_N and keeps S_t^r = {i : i mod W = r, U_i < q}.
    The shards {i : i mod W = r} partition [N], so the union over ranks is {i : U_i < q}: one
    Poisson sample at rate q (independent Bernoulli(q) memberships, |union| ~ Binomial(N, q)), the
    very sample the one-process run draws from the same generator state.
@@ -50,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -58,7 +57,6 @@ import torch
 
 from raptor.errors import ConfigError, RaptorError
 from raptor.mechanisms import GeneratorSpec, poisson_sample
-from raptor.mechanisms.secure_rng import KEY_BYTES, AesCtrGenerator
 from raptor.training.release import GroupRelease
 
 BACKENDS = ("gloo", "nccl")
@@ -103,12 +101,8 @@ class Communicator:
         except that a secure run's sampler is keyed identically on every rank from rank 0's CSPRNG
         (the noise generator stays each rank's own; only rank 0's draws)."""
         sample, noise = spec.mechanism(0), spec.mechanism(1, device)
-        if self.world_size > 1 and spec.secure:
-            material = self.broadcast_object(secrets.token_bytes(KEY_BYTES) if self.is_main else None)
-            if spec.source == "aes-ctr":
-                sample = AesCtrGenerator("cpu", key_material=material)
-            else:  # an OS-seeded torch generator, the seed shared by the ranks
-                sample = torch.Generator().manual_seed(int.from_bytes(material[:8], "little"))
+        if self.world_size > 1 and spec.secure:  # rank 0's sampler state (AES key and counter) on every rank
+            sample.set_state(self.broadcast_object(sample.get_state() if self.is_main else None))
         return {"sample": sample, "noise": noise}
 
     def sample(self, num_records: int, sample_rate: float, generator) -> torch.Tensor:

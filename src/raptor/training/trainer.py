@@ -309,11 +309,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path) -> None:
-        """Checkpoint: trainable params, optimizers, ledger, generator states, step, config, the plan
-        (public statistics), the fingerprint and :attr:`artifacts`; bf16 runs' float32 master weights
-        are in the optimizers' state. The generator states are kept in every checkpoint except the
-        final one of a secure run (:mod:`raptor.training.checkpoint`). On W ranks rank 0 writes (every
-        rank holds the same state) and every rank waits for it."""
+        """Checkpoint: trainable params, optimizers (with bf16 runs' float32 master weights), ledger,
+        generator states, step, config, the plan (public statistics), the fingerprint and
+        :attr:`artifacts`. The generator states are kept in every checkpoint except the final one
+        of a secure run (:mod:`raptor.training.checkpoint`). On W ranks rank 0 writes (every rank
+        holds the same state; its "noise" state is the run's) and every rank waits for it."""
         if not self.comm.is_main:
             self.comm.barrier()
             return
