@@ -64,10 +64,36 @@ NONPRIVATE_SPACE = tuple({"lr": lr} for lr in (1e-3, 3e-3, 3e-4, 1e-2))
 #: configurations per method actually searched (``--configs``): the first K of each space
 CONFIGS = 2
 
+#: ``--space demo``: ONE fixed configuration per method, the recipe of ``raptor demo`` (plain SGD,
+#: lr 2, C = 1, one epoch; RAPTOR's shared ratio 0.9, chosen on the demo's public data for the warm
+#: model, whose experts carry almost no gradient). One configuration is a matched budget of one: no
+#: tuning stage runs, the final seeds run it directly. Non-private: AdamW lr 1e-3 for 3 epochs (a
+#: ceiling, not a DP method).
+DEMO_SPACES = {
+    "nonprivate": ({"lr": 1e-3, "epochs": 3.0},),
+    "raptor": ({"opt": "sgd", "lr": 2.0, "clip": 1.0, "shared_ratio": 0.9},),
+    "baseline": ({"opt": "sgd", "lr": 2.0, "clip": 1.0},),
+}
+#: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each) or ``demo``
+SPACE = "default"
+
 
 def search_space(method: str) -> tuple[dict, ...]:
+    if SPACE == "demo":
+        return DEMO_SPACES["nonprivate" if method == "nonprivate" else "raptor" if method == "raptor" else "baseline"]
     space = NONPRIVATE_SPACE if method == "nonprivate" else RAPTOR_SPACE if method == "raptor" else BASELINE_SPACE
     return space[:CONFIGS]
+
+
+def tuned(method: str) -> bool:
+    """A method with one configuration has nothing to select: its group runs no tuning cell."""
+    return len(search_space(method)) > 1
+
+
+def fixed_choice(group, fx: Fixed) -> dict | None:
+    """The hyperparameters of an untuned group (its one configuration), else None."""
+    method = group[2]
+    return None if tuned(method) else {**fx.hparams(), **search_space(method)[0]}
 
 
 def check_matched_budget(methods: Sequence[str]) -> int:
@@ -350,6 +376,8 @@ def groups(args, fx: Fixed) -> list[tuple[str, str, str, float | None]]:
 
 def tune_cells(group, fx: Fixed, tune_seeds: Sequence[int]) -> list[Cell]:
     model, task, method, eps = group
+    if not tuned(method):
+        return []
     return [Cell(model=model, task=task, method=method, epsilon=eps, seed=s, stage="tune",
                  hparams={**fx.hparams(), **h}) for h in search_space(method) for s in tune_seeds]
 
@@ -374,9 +402,12 @@ def all_records(grid: str) -> list[dict]:
     return out
 
 
-def selected(records: Sequence[Mapping], group) -> dict | None:
+def selected(records: Sequence[Mapping], group, fx: Fixed) -> dict | None:
     from raptor.experiments.report import select_best
 
+    fixed = fixed_choice(group, fx)
+    if fixed is not None:
+        return fixed
     best = select_best([r for r in records if _group_of(r) == group])
     return best.get(group)
 
@@ -392,7 +423,7 @@ def run(args, fx: Fixed) -> None:
     gs = [g for i, g in enumerate(groups(args, fx)) if i % args.shard[1] == args.shard[0]]
     path = shard_path(args.grid, tuple(args.shard))
     done = {r["key"] for r in all_records(args.grid)}
-    total = sum(len(search_space(g[2])) * len(args.tune_seeds) + len(args.seeds) for g in gs)
+    total = sum((len(search_space(g[2])) * len(args.tune_seeds) if tuned(g[2]) else 0) + len(args.seeds) for g in gs)
     bar = tqdm(total=total, desc=args.grid, unit="cell", dynamic_ncols=True)
     rev = git_revision(HERE)
     deadline = None if args.stop_at is None else _deadline(args.stop_at)
@@ -415,7 +446,7 @@ def run(args, fx: Fixed) -> None:
             bar.update(1)
         records = all_records(args.grid)
         done = {r["key"] for r in records}
-        best = selected(records, g)
+        best = selected(records, g, fx)
         if best is None:
             bar.update(len(args.seeds))
             continue
@@ -446,12 +477,12 @@ def plan(args, fx: Fixed) -> None:
     gs = groups(args, fx)
     records = all_records(args.grid)
     done = {r["key"] for r in records}
-    per_group = {g: len(search_space(g[2])) * len(args.tune_seeds) + len(args.seeds) for g in gs}
+    per_group = {g: (len(search_space(g[2])) * len(args.tune_seeds) if tuned(g[2]) else 0) + len(args.seeds) for g in gs}
     total = sum(per_group.values())
     finished = 0
     for g in gs:
         finished += sum(c.key in done for c in tune_cells(g, fx, args.tune_seeds))
-        best = selected(records, g)
+        best = selected(records, g, fx)
         if best is not None:
             finished += sum(c.key in done for c in final_cells(g, fx, best, args.seeds))
     walls = [r["wall_seconds"] for r in records if r.get("wall_seconds")]
@@ -472,6 +503,10 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
 
     records = all_records(args.grid)
     best = select_best(records)
+    for r in records:  # untuned groups (one configuration): their one configuration
+        fixed = fixed_choice(_group_of(r), fx)
+        if fixed is not None:
+            best[_group_of(r)] = fixed
     # final cells whose hparams are the selected ones (a changed selection leaves stale finals out)
     finals = [r for r in records if r["cell"].get("stage") == "final"
               and best.get(_group_of(r)) == dict(r["cell"]["hparams"])]
@@ -506,6 +541,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         "selection": ("tuned on a selection split carved from the TRAINING data and declared public (GLUE public "
                       "convention, as raptor train's --public-size slice), never on the dev split; the final "
                       "cells rerun the selected configuration with fresh seeds and report dev"),
+        "space": SPACE,
         "search_space": {m: list(search_space(m)) for m in METHODS},
         "configs_per_dp_method": check_matched_budget([m for m in METHODS]),
         "selected": {" / ".join(str(v) for v in g): h for g, h in best.items()},
@@ -585,6 +621,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--on-error", choices=("raise", "record"), default="record")
     p.add_argument("--configs", type=int, default=2, choices=(1, 2, 3, 4),
                    help="configurations per method (the same for every DP method): the first K of its space")
+    p.add_argument("--space", choices=("default", "demo"), default="default",
+                   help="search spaces: default (tuned, --configs of each) or demo (one fixed configuration "
+                        "per method, the raptor demo's recipe; no tuning stage)")
     p.add_argument("--results-dir", default=str(RESULTS), help="where <grid>.jsonl and the summaries go")
     p.add_argument("--seconds-per-cell", type=float, default=30.0, help="--plan's guess before any cell ran")
     mode = p.add_mutually_exclusive_group()
@@ -602,10 +641,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global RESULTS, CONFIGS
+    global RESULTS, CONFIGS, SPACE
     args = parse_args(argv)
     RESULTS = Path(args.results_dir)
     CONFIGS = args.configs
+    SPACE = args.space
     torch.set_num_threads(args.threads)
     import transformers
 

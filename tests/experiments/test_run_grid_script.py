@@ -73,7 +73,7 @@ def test_tune_then_final_on_fresh_seeds_then_resume(rg, tmp_path, monkeypatch, c
     assert calls == []
     capsys.readouterr()
     assert rg.main([*argv, "--plan"]) == 0
-    assert "0 to run" in capsys.readouterr().out
+    assert "done, 0 to run" in capsys.readouterr().out
     assert rg.main([*argv, "--summarize"]) == 0
     out = json.loads((tmp_path / "res" / "t.json").read_text())
     assert out["delta"] == 1e-5 and out["search_space"]["raptor"] and out["selected"]
@@ -94,3 +94,25 @@ def test_shards_split_the_groups(rg, tmp_path, monkeypatch):
     calls.clear()
     assert rg.main(_args(rg, tmp_path)) == 0  # the unsharded rerun sees every shard's cells
     assert calls == []
+
+
+def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    argv = [*_args(rg, tmp_path), "--space", "demo"]
+    assert rg.main(argv) == 0
+    assert calls and all(c.stage == "final" for c in calls)  # one configuration: nothing to select
+    assert len(calls) == 2 * (1 + 2 * 2) * 3  # groups x final seeds
+    by_method = {c.method: c.params for c in calls}
+    assert by_method["raptor"]["opt"] == "sgd" and by_method["raptor"]["shared_ratio"] == 0.9
+    assert by_method["dpsgd"]["lr"] == 2.0 and by_method["nonprivate"]["epochs"] == 3.0
+    assert by_method["dpsgd"]["B"] == 128  # the grid's fixed settings stay under the configuration
+    calls.clear()
+    assert rg.main(argv) == 0 and calls == []  # resumable like the tuned grid
+    capsys.readouterr()
+    assert rg.main([*argv, "--plan"]) == 0
+    assert "done, 0 to run" in capsys.readouterr().out
+    assert rg.main([*argv, "--summarize"]) == 0
+    out = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert out["space"] == "demo"
+    assert all(r["n"] == 3 for r in out["summary"]) and len(out["summary"]) == 10
