@@ -8,6 +8,8 @@
 * :func:`flag_message`: ``PrivacyConfig.epsilon must be ...`` becomes ``--epsilon must be ...``.
 * :func:`fingerprint` / :func:`fingerprint_differences`: what a resumed run must share with the
   run that wrote the checkpoint (config fields and digests of the records).
+* :func:`plan_differences`: the saved and the recomputed plan and public statistics compared,
+  floats within a relative tolerance of :data:`PLAN_REL_TOL` (1e-6), the rest exactly.
 
 Privacy: the record digests are SHA-256 of the private records; they are kept in the
 checkpoint only (as confidential as the data, see :mod:`raptor.training.checkpoint`), never in
@@ -37,7 +39,7 @@ FIELD_FLAGS: dict[str, str] = {
     "privacy.secure_rng": "--seed", "performance.micro_batch_size": "--micro-batch-size",
     "performance.device": "--device", "optim.name": "--optimizer", "optim.lr": "--lr",
     "optim.lr_expert": "--lr-expert", "performance.memory_budget_mib": "--memory-budget-mib",
-    "lora_rank": "--lora-rank",
+    "lora_rank": "--lora-rank", "objective": "--objective", "freeze_shared_experts": "--freeze-shared-experts",
 }
 _CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
                  "OptimConfig": "optim."}
@@ -132,14 +134,29 @@ def check_model_name(name: str, families, shipped=()) -> None:
         raise ConfigError(f"--model {name}: {why}. Families (random init): {', '.join(families)}{ship}")
 
 
+def _file_digest(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _digest(data) -> str | None:
-    """SHA-256 of a :class:`~raptor.data.ClassificationData` (texts, second texts, labels, label names)."""
+    """SHA-256 of a record set: a :class:`~raptor.data.ClassificationData` (texts, second texts,
+    labels, label names), a :class:`~raptor.data.qa.QAData` (prompts, answers) or a
+    :class:`~raptor.data.vqa.VQAData` (the bytes of each image, questions, answers)."""
     if data is None:
         return None
     import json
 
-    payload = [list(data.texts), None if data.text_pairs is None else list(data.text_pairs), list(data.labels),
-               list(data.label_names)]
+    if hasattr(data, "images"):  # VQA: an image edited in place is different data
+        payload = ["vqa", [_file_digest(p) for p in data.images], list(data.questions), list(data.answers)]
+    elif hasattr(data, "prompts"):
+        payload = ["qa", list(data.prompts), list(data.answers)]
+    else:
+        payload = [list(data.texts), None if data.text_pairs is None else list(data.text_pairs), list(data.labels),
+                   list(data.label_names)]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
 
 
@@ -192,6 +209,46 @@ def fingerprint_differences(saved: dict, now: dict) -> list[str]:
         if saved.get("data", {}).get(key) != value:
             out.append(f"{key}: different records (the data file or its size changed)")
     return out
+
+
+#: relative tolerance of :func:`plan_differences`: the public statistics (owner shares, n_hat, clip
+#: norms) are recomputed by a resumed run from the same public data and initial weights; another
+#: device or kernel may round them differently in the last bits, which is not a different run
+PLAN_REL_TOL: float = 1e-6
+
+
+def plan_differences(saved, now, *, rel_tol: float = PLAN_REL_TOL, path: str = "plan") -> list[str]:
+    """Where two plans (``StepPlan.to_dict()`` as read back from JSON) differ: floats beyond a
+    relative tolerance ``rel_tol`` (``|a - b| <= rel_tol * max(|a|, |b|)``; inf and nan only equal
+    themselves), everything else (layers, group names, counts, strings) exactly. Returns
+    ``"path: saved -> now"`` lines (at most 5, then a count)."""
+    import math
+
+    out: list[str] = []
+
+    def walk(a, b, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                if k not in a or k not in b:
+                    out.append(f"{where}.{k}: {'missing' if k not in a else a[k]!r} -> "
+                               f"{'missing' if k not in b else b[k]!r}")
+                else:
+                    walk(a[k], b[k], f"{where}.{k}")
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(x, y, f"{where}[{i}]")
+        elif isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+                or isinstance(b, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
+            a, b = float(a), float(b)
+            same = a == b or (math.isnan(a) and math.isnan(b)) or \
+                (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel_tol * max(abs(a), abs(b)))
+            if not same:
+                out.append(f"{where}: {a!r} -> {b!r}")
+        elif a != b or type(a) is not type(b):
+            out.append(f"{where}: {a!r} -> {b!r}")
+
+    walk(saved, now, path)
+    return out[:5] + ([f"and {len(out) - 5} more"] if len(out) > 5 else [])
 
 
 def check_resumable(checkpoint, now: dict) -> None:
