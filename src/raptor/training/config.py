@@ -246,7 +246,7 @@ class TrainConfig:
             raise _err(c, "steps", self.steps, "an integer >= 1 or None")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool)
                                             or self.batch_size < 1):
-            raise _err(c, "batch_size", self.batch_size, "an integer >= 1 (or None: N/10)")
+            raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise _err(c, "seed", self.seed, "an integer >= 0 or None (secure randomness)")
         if self.layers != "auto":

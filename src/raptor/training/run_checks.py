@@ -43,6 +43,8 @@ FIELD_FLAGS: dict[str, str] = {
 }
 _CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
                  "OptimConfig": "optim."}
+#: fingerprint fields of ``--objective generate`` runs only (not in TrainConfig)
+GENERATE_FIELDS = frozenset({"freeze_shared_experts"})
 #: fields that may differ between a run and its resumption (they change no release)
 RESUMABLE_FIELDS = ("eval_every", "output_dir", "performance.micro_batch_size", "performance.eval_batch_size",
                     "performance.device", "performance.memory_budget_mib")
@@ -192,14 +194,19 @@ def _digest_text(text: str) -> str:
 
 
 def fingerprint_differences(saved: dict, now: dict) -> list[str]:
-    """Human-readable differences, flags named; the method change said in words first."""
+    """Human-readable differences, flags named; a changed method or objective said in words first."""
     out = []
     s_cfg, n_cfg = saved.get("config", {}), now.get("config", {})
     if s_cfg.get("method") != n_cfg.get("method"):
         out.append(f"the method changed: the checkpoint was written by a --method {s_cfg.get('method')} run, "
                    f"this run asks for --method {n_cfg.get('method')}")
+    s_obj, n_obj = s_cfg.get("objective", "classify"), n_cfg.get("objective", "classify")
+    if s_obj != n_obj:
+        out.append(f"the objective changed: the checkpoint was written by a --objective {s_obj} run, "
+                   f"this run asks for --objective {n_obj}")
+    skip = {"method", "objective"} | (GENERATE_FIELDS if s_obj != n_obj else set())
     for key in sorted(set(s_cfg) | set(n_cfg)):
-        if key == "method" or s_cfg.get(key) == n_cfg.get(key):
+        if key in skip or s_cfg.get(key) == n_cfg.get(key):
             continue
         out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {s_cfg.get(key)!r} -> {n_cfg.get(key)!r}")
     for key in ("model", "label_names", "public_source"):
@@ -230,8 +237,8 @@ def plan_differences(saved, now, *, rel_tol: float = PLAN_REL_TOL, path: str = "
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b), key=str):
                 if k not in a or k not in b:
-                    out.append(f"{where}.{k}: {'missing' if k not in a else a[k]!r} -> "
-                               f"{'missing' if k not in b else b[k]!r}")
+                    out.append(f"{where}.{k}: {'missing' if k not in a else repr(a[k])} -> "
+                               f"{'missing' if k not in b else repr(b[k])}")
                 else:
                     walk(a[k], b[k], f"{where}.{k}")
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
