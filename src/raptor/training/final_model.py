@@ -134,12 +134,20 @@ def continue_run(trainer, start: RunStart) -> None:
 
 
 def _plain_model(model: nn.Module) -> nn.Module:
-    """``model`` without PEFT wrappers (LoRA merged into a copy), for saving."""
+    """``model`` without adapters, for saving: PEFT LoRA and raptor's per-expert LoRA on fused
+    experts (:func:`raptor.moe.expert_lora.merge_expert_lora`) merged into a copy; ``model`` itself
+    is left as it is."""
     import copy
 
-    if hasattr(model, "merge_and_unload"):  # PEFT LoRA: a plain model a user can load
-        return copy.deepcopy(model).merge_and_unload()
-    return model
+    from raptor.moe.expert_lora import has_expert_lora, merge_expert_lora
+
+    expert_lora = any(has_expert_lora(m) for m in model.modules())
+    if not expert_lora and not hasattr(model, "merge_and_unload"):
+        return model
+    final = copy.deepcopy(model)
+    if hasattr(final, "merge_and_unload"):  # PEFT LoRA: a plain model a user can load
+        final = final.merge_and_unload()
+    return merge_expert_lora(final) if expert_lora else final
 
 
 def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names: Sequence[str] | None,
