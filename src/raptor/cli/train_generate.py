@@ -30,6 +30,17 @@ alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
         --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
     raptor train ... --method dp-lora --lora-rank 16 --epsilon 8 --delta 1e-5
 
+Runs as ``raptor train`` (the same functions): flags, ``--output-dir`` (``--overwrite``),
+``--device``, ``--model`` and ``--resume`` checked before anything is read; ``--batch-size``
+default N/10; checkpoints (``OUTPUT_DIR/checkpoint``) before the first update, every
+``--checkpoint-every`` steps and at the end, holding the initial weights not in a base checkpoint
+(a tiny family's random init), the tokenizer, the plan and public statistics, the ledger, the
+optimizers, the generator states and a fingerprint of the config (``--freeze-shared-experts`` and
+the objective included) and data, so that ``--resume`` continues the same run exactly, seeded or
+not, and refuses a changed one naming the fields; ``OUTPUT_DIR/model``: the fine-tuned model
+(``save_pretrained``, or DeepSeek-VL2's release layout) with its tokenizer, named in
+``results.json`` (``final_model``).
+
 Privacy: as ``raptor train`` (the training loss is never shown; the progress bar shows the dev
 exact match, dev loss and epsilon).
 """
