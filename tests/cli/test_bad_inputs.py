@@ -40,6 +40,13 @@ def _user(*extra):
     return ["--train-file", "{d}/train.tsv", "--public-size", "20", *extra]
 
 
+QA_JSONL = "".join(f'{{"prompt": "colour of item {i}?", "answer": "{["red", "blue"][i % 2]}"}}\n' for i in range(30))
+
+
+def _gen(*extra):
+    return ["--objective", "generate", "--model", "olmoe", "--train-file", "{d}/qa.jsonl", "--public-size", "8", *extra]
+
+
 CASES = [
     # ---- data files
     Case("train file missing", ["--train-file", "{d}/nope.tsv", "--public-size", "20"], r"nope\.tsv: file not found"),
@@ -184,6 +191,16 @@ CASES = [
     Case("--objective generate without a public source", ["--objective", "generate", "--train-file", "{d}/qa.jsonl",
                                                           "--model", "olmoe"], r"no public data declared",
          {"qa.jsonl": '{"prompt": "a", "answer": "b"}\n' * 30}),
+    Case("--objective generate: --output-dir already holds a run", _gen("--output-dir", "{d}"),
+         r"already holds a run .*--overwrite", {"qa.jsonl": QA_JSONL, "results.json": "{}"}),
+    Case("--objective generate: --resume that does not exist", _gen("--resume", "{d}/nope"),
+         r"no such checkpoint directory", {"qa.jsonl": QA_JSONL}),
+    Case("--objective generate: --device cuda without CUDA", _gen("--device", "cuda"), r"--device cuda: CUDA is not available",
+         {"qa.jsonl": QA_JSONL}),
+    Case("--objective generate: --resume of a classification run", _gen("--resume", "{run}/checkpoint"),
+         r"differs from the one that wrote the checkpoint: the objective changed: the checkpoint was written by a "
+         r"--objective classify run, this run asks for --objective generate; model: 'switch_transformers' -> 'olmoe'",
+         {"qa.jsonl": QA_JSONL}),
     # ---- predict
     Case("predict: --model without a model", ["predict", "--model", "{d}", "--input", "{d}/train.tsv"],
          r"--model .*: no model here", {"train.tsv": GOOD_TSV}, train=False),

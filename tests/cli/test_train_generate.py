@@ -48,6 +48,13 @@ def test_vl2_trains_under_dp_and_generates(vl2_files, tmp_path, method, extra, c
     if method == "raptor":
         assert res["trained_layers"] and res["freeze_shared_experts"] is True
     assert "exact match" in capsys.readouterr().out
+    # the final model: the release layout load_vl2 reads, with the tokenizer (LoRA merged for dp-lora)
+    assert res["final_model"] == str(out / "model") and (out / "model" / "tokenizer.json").is_file()
+    final = load_vl2(out / "model")
+    trained = dict(final.named_parameters())
+    base = dict(load_vl2(vl2_files / "model").named_parameters())
+    assert trained.keys() == base.keys()
+    assert any(not torch.equal(trained[n], base[n]) for n in base)  # it holds the fine-tuned weights
 
 
 def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_path):

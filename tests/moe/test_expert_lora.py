@@ -7,7 +7,7 @@ import torch
 
 from raptor.errors import ConfigError, UnsupportedModelError
 from raptor.moe.adapters import get_adapter
-from raptor.moe.expert_lora import add_expert_lora
+from raptor.moe.expert_lora import add_expert_lora, has_expert_lora, merge_expert_lora
 from raptor.moe.models import build_model
 from raptor.per_sample.check import to_float64
 from raptor.roles.groups import GroupKey, ParamSlice, build_group_map
@@ -67,3 +67,23 @@ def test_refusals():
         add_expert_lora(model, rank=2, alpha=4.0, generator=torch.Generator())
     with pytest.raises(ConfigError, match="rank"):
         add_expert_lora(build_model("olmoe"), rank=0, alpha=4.0, generator=torch.Generator())
+
+
+def test_merge_folds_the_adapted_weights_and_leaves_a_plain_model():
+    model = to_float64(build_model("mixtral", generator=torch.Generator().manual_seed(0)))
+    ids, mask = _batch()
+    model.config._experts_implementation_internal = "eager"
+    add_expert_lora(model, rank=2, alpha=4.0, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(generator=torch.Generator().manual_seed(2))
+    adapted = model(input_ids=ids, attention_mask=mask).logits
+    plain = to_float64(build_model("mixtral", generator=torch.Generator().manual_seed(0)))
+    plain.config._experts_implementation_internal = "eager"
+    assert not torch.allclose(plain(input_ids=ids, attention_mask=mask).logits, adapted)  # LoRA moved it
+    merge_expert_lora(model)
+    assert not any(has_expert_lora(m) for m in model.modules())
+    assert model.config._experts_implementation_internal == "eager"  # the implementation before LoRA
+    assert {n for n, _ in model.named_parameters()} == {n for n, _ in plain.named_parameters()}
+    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits, adapted)

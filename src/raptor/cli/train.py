@@ -57,6 +57,8 @@ from raptor.training.config import (
     PrivacyConfig,
     Schedule,
     TrainConfig,
+    default_batch_size,  # noqa: F401 - re-exported: the one default of the library and the CLI
+    with_batch_size,
 )
 from raptor.training.loaders import DEFAULT_MODEL, ModelSource
 
@@ -66,11 +68,6 @@ _TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(),
 #: pre-trained one, whose features are already useful
 TINY_LR: float = 3e-3
 PRETRAINED_LR: float = 2e-4
-
-
-def default_batch_size(num_private: int) -> int:
-    """N/10, at least 8 and at most 1024, and below N: q = B/N is about 0.1 on small data."""
-    return max(1, min(1024, max(8, num_private // 10), num_private - 1))
 
 
 def default_lr(model: str) -> float:
@@ -232,8 +229,9 @@ def parse_layers(text: str):
 
 def config_from_args(args: argparse.Namespace, num_private: int | None = None) -> TrainConfig:
     """The run's config; a field error names the flag (``--epsilon must be a positive number``).
-    ``--batch-size`` left to its default is N/10 (:func:`default_batch_size`) once ``num_private``
-    is known (until then 8), ``--lr`` the default of the model kind (:func:`default_lr`)."""
+    ``--batch-size`` left to its default is N/10 (:func:`raptor.training.config.default_batch_size`,
+    the library's default too) once ``num_private`` is known (until then None), ``--lr`` the
+    default of the model kind (:func:`default_lr`)."""
     from raptor.training.run_checks import flag_message
 
     try:
@@ -250,10 +248,8 @@ def _config_from_args(args: argparse.Namespace, num_private: int | None) -> Trai
         adjacency=args.adjacency, accountant=args.accountant, schedule=Schedule.parse(args.alternate),
         denominator=args.denominator, secure_rng=args.seed is None,
     )
-    return TrainConfig(
-        method=args.method, epochs=args.epochs, steps=args.steps, seed=args.seed,
-        batch_size=args.batch_size if args.batch_size is not None else
-        default_batch_size(num_private) if num_private is not None else 8,
+    config = TrainConfig(
+        method=args.method, epochs=args.epochs, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
         output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
         eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
@@ -262,6 +258,7 @@ def _config_from_args(args: argparse.Namespace, num_private: int | None) -> Trai
                           lr_expert=args.lr_expert,
                           weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )
+    return config if num_private is None else with_batch_size(config, num_private)
 
 
 def check_before_training(args: argparse.Namespace) -> TrainConfig:

@@ -97,5 +97,29 @@ def add_expert_lora(model: nn.Module, *, rank: int, alpha: float, generator: tor
                 f"{pname}_lora_B", nn.Parameter(torch.zeros((E, d_out, rank), device=w.device, dtype=w.dtype)))
             names += [f"{info.name}.{info.experts_attr}.{pname}_lora_{x}" for x in ("A", "B")]
         experts.raptor_lora_scaling = float(alpha) / rank
+        experts.raptor_previous_implementation = experts.config._experts_implementation_internal
         experts.config._experts_implementation_internal = IMPLEMENTATION
     return names
+
+
+def merge_expert_lora(model: nn.Module) -> nn.Module:
+    """Fold every expert LoRA of ``model`` into its fused weights, in place, and remove the factors:
+    ``W[e] += (alpha / r) B[e] A[e]`` (the adapted weight the forward uses), computed in float32.
+    The experts implementation in use before :func:`add_expert_lora` is restored, so the result is
+    a plain model of its family (what ``save_pretrained`` and the release layout hold). Returns
+    ``model``."""
+    merged = [m for m in model.modules() if has_expert_lora(m)]
+    previous = next((m.raptor_previous_implementation for m in merged
+                     if getattr(m, "raptor_previous_implementation", IMPLEMENTATION) != IMPLEMENTATION), None)
+    with torch.no_grad():
+        for experts in merged:
+            for pname in ("gate_up_proj", "down_proj"):
+                w = getattr(experts, pname)
+                a, b = getattr(experts, f"{pname}_lora_A"), getattr(experts, f"{pname}_lora_B")
+                w.add_((torch.bmm(b.float(), a.float()) * experts.raptor_lora_scaling).to(w.dtype))
+                delattr(experts, f"{pname}_lora_A")
+                delattr(experts, f"{pname}_lora_B")
+            del experts.raptor_lora_scaling
+            experts.__dict__.pop("raptor_previous_implementation", None)
+            experts.config._experts_implementation_internal = previous
+    return model

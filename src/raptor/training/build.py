@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from raptor.moe.adapters import get_adapter
-from raptor.training.config import TrainConfig
+from raptor.training.config import TrainConfig, with_batch_size
 from raptor.training.distributed import Communicator, SingleProcess
 from raptor.training.methods import METHOD_SPECS, MethodSpec
 from raptor.training.plan import make_noise_plan
@@ -50,7 +50,9 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                   comm: Communicator | None = None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
-    ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. ``spec`` is a
+    ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. A
+    ``config.batch_size`` of None becomes :func:`~raptor.training.config.default_batch_size` of
+    the number of ``train`` records (the trainer's ``config`` holds the resolved value). ``spec`` is a
     method-table row used instead of ``METHOD_SPECS[config.method]`` (a custom method, e.g. a
     method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
     noise, nothing recorded). ``evaluator`` (:class:`raptor.training.evaluator.Evaluator`) scores the model
@@ -63,6 +65,7 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     rank 0's, and the dev evaluation is sharded.
     """
     comm = comm if comm is not None else SingleProcess()
+    config = with_batch_size(config, int(train["labels"].shape[0]))  # None: N/10 (raptor.training.config)
     spec = spec or METHOD_SPECS[config.method]
     model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
     model.eval()

@@ -212,6 +212,9 @@ class OptimConfig:
 class TrainConfig:
     """A training run. ``batch_size`` is the EXPECTED Poisson batch B (q = B/N); the number of
     updates is T = ceil(N/B) * epochs (or ``steps`` when given), fixed before training.
+    ``batch_size=None`` (the default) is :func:`default_batch_size` of the number of private
+    records, resolved once N is known (:func:`with_batch_size`, called by ``fine_tune``,
+    ``build_trainer`` and ``raptor train``); an explicit value is kept as given.
     ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
     of MoE layer indices; ``num_auto_layers`` is how many "auto" picks. LoRA (dp-lora): rank 8,
     alpha 16 as in the reference, but dropout 0 (the reference's 0.05 would draw from torch's global
@@ -221,7 +224,7 @@ class TrainConfig:
     method: str = "raptor"
     epochs: float = 3.0
     steps: int | None = None
-    batch_size: int = 1024
+    batch_size: int | None = None
     seed: int | None = None
     output_dir: str = "runs/train"
     layers: str | tuple[int, ...] = "auto"
@@ -241,7 +244,8 @@ class TrainConfig:
         _positive(c, "epochs", self.epochs)
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise _err(c, "steps", self.steps, "an integer >= 1 or None")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool)
+                                            or self.batch_size < 1):
             raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise _err(c, "seed", self.seed, "an integer >= 0 or None (secure randomness)")
@@ -280,7 +284,8 @@ class TrainConfig:
         """T = ceil(N / B) * epochs (rounded up), or ``steps``: public, fixed before training."""
         if self.steps is not None:
             return self.steps
-        return max(1, math.ceil(math.ceil(dataset_size / self.batch_size) * self.epochs))
+        batch = self.batch_size if self.batch_size is not None else default_batch_size(dataset_size)
+        return max(1, math.ceil(math.ceil(dataset_size / batch) * self.epochs))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -305,6 +310,22 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.from_dict: unknown fields {sorted(unknown)}")
         return TrainConfig(privacy=PrivacyConfig(**priv), performance=PerformanceConfig(**d.pop("performance", {})),
                            optim=OptimConfig(**optim), **d)
+
+
+def default_batch_size(num_private: int) -> int:
+    """The expected batch size when none is given: N/10, at least 8 and at most 1024, and below N,
+    so that q = B/N is about 0.1 on small data (a 300-record file gets B = 30, not 1024)."""
+    if isinstance(num_private, bool) or not isinstance(num_private, int) or num_private < 0:
+        raise ConfigError(f"the number of private records must be an integer >= 0, got {num_private!r}")
+    return max(1, min(1024, max(8, num_private // 10), num_private - 1))
+
+
+def with_batch_size(config: TrainConfig, num_private: int) -> TrainConfig:
+    """``config`` with ``batch_size`` resolved: :func:`default_batch_size` (``num_private``) when it is
+    None, else ``config`` unchanged. The one place the default is applied (library and CLI)."""
+    if config.batch_size is not None:
+        return config
+    return replace(config, batch_size=default_batch_size(num_private))
 
 
 # ------------------------------------------------------------------------------------------

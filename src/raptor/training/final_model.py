@@ -5,9 +5,17 @@
   a tiny family's random init, a freshly drawn head, ...), and the tokenizer. A resumed run loads
   them before anything is computed from the model (public routing, owner shares, layer choice,
   clip norms), so it recomputes the same public statistics instead of redrawing a model.
+* :func:`start_run` / :func:`continue_run`: the one seam by which a run starts or continues a
+  checkpoint, shared by :func:`raptor.training.fine_tune.fine_tune` (classification) and
+  ``raptor train --objective generate``: on ``--resume`` the fingerprint is checked (a changed
+  config or data set is refused, naming the fields) and the checkpoint's initial weights and
+  tokenizer replace the freshly built ones; the trainer gets the initial-weights artifacts and the
+  fingerprint for every checkpoint it writes, then continues the saved state.
 * :func:`save_final_model`: ``OUTPUT_DIR/model``, a ``save_pretrained`` directory with the
   tokenizer and the label map (``config.id2label`` and ``raptor_labels.json``), which
-  ``raptor predict --model OUTPUT_DIR`` and ``load_model`` read. It holds no generator state.
+  ``raptor predict --model OUTPUT_DIR`` and ``load_model`` read; for a generative run
+  (``label_names=None``) no label map, and a DeepSeek-VL2 model in its release layout (what
+  ``load_vl2`` reads). It holds no generator state.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -84,26 +93,90 @@ def load_initial_weights(checkpoint: str | Path, model: nn.Module):
     return model, load_tokenizer(path / TOKENIZER)
 
 
-def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names: Sequence[str],
-                     max_length: int | None = None) -> Path:
-    """Write ``path`` (replacing it): ``save_pretrained`` weights and config with the label map,
-    the tokenizer, and ``raptor_labels.json`` (label names, and the run's ``max_length``, which
-    ``raptor predict`` uses by default). PEFT adapters are merged into a copy first."""
+@dataclass(frozen=True)
+class RunStart:
+    """What :func:`start_run` settled: the model and tokenizer to train (on resume: with the
+    checkpoint's initial weights and tokenizer), the initial-weights artifacts for every checkpoint,
+    the fingerprint, and the checkpoint to continue (None for a new run)."""
+
+    model: nn.Module
+    tokenizer: object
+    artifacts: dict
+    fingerprint: dict
+    resume: str | None
+
+
+def start_run(model: nn.Module, tokenizer, *, fingerprint: dict, resume: str | Path | None,
+              base: dict[str, tuple[int, ...]] | None = None) -> RunStart:
+    """Before anything is computed from ``model`` (public routing, layer choice, clip norms, the
+    tokenized records): on ``resume``, refuse a changed run (:func:`raptor.training.run_checks.check_resumable`,
+    naming the differing fields) and load the checkpoint's initial weights and tokenizer, so nothing
+    is redrawn; then capture the initial weights not in ``base`` (:func:`base_weights`) for the
+    checkpoints this run will write."""
+    if resume:
+        from raptor.training.run_checks import check_resumable
+
+        check_resumable(resume, fingerprint)
+        model, tokenizer = load_initial_weights(resume, model)
+    return RunStart(model=model, tokenizer=tokenizer, artifacts=initial_weights_writer(model, tokenizer, base),
+                    fingerprint=fingerprint, resume=None if resume is None else str(resume))
+
+
+def continue_run(trainer, start: RunStart) -> None:
+    """Give ``trainer`` the run's checkpoint artifacts and fingerprint and, on resume, restore the
+    checkpoint (weights, optimizers, ledger, generator states, step; the plan checked against the
+    saved one)."""
+    trainer.artifacts, trainer.fingerprint = start.artifacts, start.fingerprint
+    if start.resume:
+        from raptor.accounting.ledger import PrivacyLedger
+
+        trainer.resume(start.resume, PrivacyLedger.from_dict)
+
+
+def _plain_model(model: nn.Module) -> nn.Module:
+    """``model`` without adapters, for saving: PEFT LoRA and raptor's per-expert LoRA on fused
+    experts (:func:`raptor.moe.expert_lora.merge_expert_lora`) merged into a copy; ``model`` itself
+    is left as it is."""
     import copy
 
+    from raptor.moe.expert_lora import has_expert_lora, merge_expert_lora
+
+    expert_lora = any(has_expert_lora(m) for m in model.modules())
+    if not expert_lora and not hasattr(model, "merge_and_unload"):
+        return model
+    final = copy.deepcopy(model)
+    if hasattr(final, "merge_and_unload"):  # PEFT LoRA: a plain model a user can load
+        final = final.merge_and_unload()
+    return merge_expert_lora(final) if expert_lora else final
+
+
+def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names: Sequence[str] | None,
+                     max_length: int | None = None) -> Path:
+    """Write ``path`` (replacing it): ``save_pretrained`` weights and config, the tokenizer, and
+    ``raptor_labels.json`` (label names, and the run's ``max_length``, which ``raptor predict``
+    uses by default). ``label_names``: the classes (also written as ``config.id2label``), or None
+    for a generative model (no label map; ``"objective": "generate"``). A DeepSeek-VL2 model is
+    written in its release layout (:func:`raptor.moe.vl2.checkpoint.save_release_checkpoint`).
+    PEFT adapters are merged into a copy first."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    final = model
-    if hasattr(final, "merge_and_unload"):  # PEFT LoRA: a plain model a user can load
-        final = copy.deepcopy(model).merge_and_unload()
-    final.config.id2label = {i: str(n) for i, n in enumerate(label_names)}
-    final.config.label2id = {str(n): i for i, n in enumerate(label_names)}
-    final.save_pretrained(str(tmp))
+    final = _plain_model(model)
+    if label_names is not None:
+        final.config.id2label = {i: str(n) for i, n in enumerate(label_names)}
+        final.config.label2id = {str(n): i for i, n in enumerate(label_names)}
+    if hasattr(final, "save_pretrained"):
+        final.save_pretrained(str(tmp))
+    else:
+        from raptor.moe.vl2.checkpoint import save_release_checkpoint
+
+        save_release_checkpoint(final, tmp)
     tokenizer.save_pretrained(str(tmp))
-    (tmp / LABELS).write_text(json.dumps({"label_names": [str(n) for n in label_names], "max_length": max_length},
-                                         indent=2) + "\n")
+    meta = {"label_names": None if label_names is None else [str(n) for n in label_names], "max_length": max_length}
+    if label_names is None:
+        meta["objective"] = "generate"
+    (tmp / LABELS).write_text(json.dumps(meta, indent=2) + "\n")
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
@@ -127,6 +200,10 @@ def read_label_names(path: str | Path) -> list[str]:
         raise CheckpointError(f"{file}: missing; --model must be the model directory a raptor run wrote "
                               "(OUTPUT_DIR/model or OUTPUT_DIR)")
     try:
-        return list(json.loads(file.read_text())["label_names"])
+        meta = json.loads(file.read_text())
+        if isinstance(meta, dict) and meta.get("objective") == "generate":
+            raise CheckpointError(f"{Path(path)}: a generative model (raptor train --objective generate) has no "
+                                  "label map; raptor predict takes a classifier's OUTPUT_DIR")
+        return list(meta["label_names"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise CheckpointError(f"{file}: corrupt label map ({err})") from err

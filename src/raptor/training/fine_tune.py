@@ -33,7 +33,7 @@ from raptor.data.public import PublicPrivateSplit
 from raptor.data.public_source import PublicSource, resolve_public_source
 from raptor.errors import BudgetExceededError, ConfigError
 from raptor.training.build import build_trainer
-from raptor.training.config import TrainConfig
+from raptor.training.config import TrainConfig, with_batch_size
 from raptor.training.methods import METHOD_SPECS
 from raptor.training.public_stage import check_labelled, public_needs
 from raptor.training.trainer import Trainer
@@ -108,18 +108,18 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     check_labelled(public_source.labelled, config, spec)
     named = {} if validation is None else dict(validation) if _is_named(validation) else {"dev": validation}
     devs = {name: rows(data, f"validation {name}") for name, data in named.items()}
+    config = with_batch_size(config, len(split.private))  # None: N/10, as raptor train
     if config.batch_size >= len(split.private):
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(split.private)} private records")
-    from raptor.training.final_model import base_weights, initial_weights_writer, load_initial_weights
-    from raptor.training.run_checks import check_resumable, fingerprint
+    from raptor.training.final_model import base_weights, continue_run, start_run
+    from raptor.training.run_checks import fingerprint
 
     fp = fingerprint(config.to_dict(), model=model_name or type(model).__name__, train=split.private,
                      public=split.public, validation=devs, label_names=private.label_names,
                      public_source=public_source.to_dict())
-    if resume:  # same run? then its own initial weights and tokenizer: nothing is redrawn or retrained
-        check_resumable(resume, fp)
-        model, tokenizer = load_initial_weights(resume, model)
-    initial = initial_weights_writer(model, tokenizer, base_weights(model_name))
+    # same run? then its own initial weights and tokenizer: nothing is redrawn or retrained
+    start = start_run(model, tokenizer, fingerprint=fp, resume=resume, base=base_weights(model_name))
+    model, tokenizer = start.model, start.tokenizer
     records = {name: to_records(tokenizer, data, config.max_length)
                for name, data in (("train", split.private), ("public", split.public))}
     dev_records = {name: to_records(tokenizer, data, config.max_length) for name, data in devs.items()}
@@ -128,11 +128,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         if dev_records else None
     trainer = build_trainer(config, model, train=records["train"], validation=next(iter(dev_records.values()), None),
                             public=records["public"], evaluator=evaluator, comm=comm)
-    trainer.artifacts, trainer.fingerprint = initial, fp
-    if resume:
-        from raptor.accounting.ledger import PrivacyLedger
-
-        trainer.resume(resume, PrivacyLedger.from_dict)
+    continue_run(trainer, start)
     data = {"private_records": len(split.private), "public_records": len(split.public),
             "public_rule": split.rule, "public_source": public_source.to_dict(),
             "dev_records": len(next(iter(devs.values()), ())),

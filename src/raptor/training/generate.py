@@ -199,17 +199,23 @@ class GenerativeTrainer(Trainer):
                 "main_metric": "exact_match", "dev_loss": loss, "accuracy": None}
 
     def results(self) -> dict:
+        """Read from the evaluation points (``state.evals``, which checkpoints keep), so a resumed
+        run reports the evaluations made before the interruption too; the decoded examples are
+        those of this process's last evaluation."""
         out = super().results()
         evals = []
-        for e, gen in zip(out["evals"], self.generation_log, strict=False):
+        for e in out["evals"]:
+            metrics = e.get("metrics") or {}
+            if "exact_match" not in metrics:  # no validation prompts: nothing was decoded
+                continue
             e = {k: v for k, v in e.items() if k != "accuracy"}
-            e.update(exact_match=gen["exact_match"], token_f1=gen["token_f1"])
+            e.update(exact_match=metrics["exact_match"], token_f1=metrics["token_f1"])
             evals.append(e)
         out["evals"] = evals
         out.pop("final_accuracy", None)
-        last = self.generation_log[-1] if self.generation_log else None
+        last = evals[-1] if evals else None
         out["final_exact_match"] = last["exact_match"] if last else None
         out["final_token_f1"] = last["token_f1"] if last else None
-        out["examples"] = last["examples"] if last else []
+        out["examples"] = self.generation_log[-1]["examples"] if self.generation_log else []
         out["objective"] = "generate"
         return out

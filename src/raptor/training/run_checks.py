@@ -8,6 +8,8 @@
 * :func:`flag_message`: ``PrivacyConfig.epsilon must be ...`` becomes ``--epsilon must be ...``.
 * :func:`fingerprint` / :func:`fingerprint_differences`: what a resumed run must share with the
   run that wrote the checkpoint (config fields and digests of the records).
+* :func:`plan_differences`: the saved and the recomputed plan and public statistics compared,
+  floats within a relative tolerance of :data:`PLAN_REL_TOL` (1e-6), the rest exactly.
 
 Privacy: the record digests are SHA-256 of the private records; they are kept in the
 checkpoint only (as confidential as the data, see :mod:`raptor.training.checkpoint`), never in
@@ -37,10 +39,12 @@ FIELD_FLAGS: dict[str, str] = {
     "privacy.secure_rng": "--seed", "performance.micro_batch_size": "--micro-batch-size",
     "performance.device": "--device", "optim.name": "--optimizer", "optim.lr": "--lr",
     "optim.lr_expert": "--lr-expert", "performance.memory_budget_mib": "--memory-budget-mib",
-    "lora_rank": "--lora-rank",
+    "lora_rank": "--lora-rank", "objective": "--objective", "freeze_shared_experts": "--freeze-shared-experts",
 }
 _CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
                  "OptimConfig": "optim."}
+#: fingerprint fields of ``--objective generate`` runs only (not in TrainConfig)
+GENERATE_FIELDS = frozenset({"freeze_shared_experts"})
 #: fields that may differ between a run and its resumption (they change no release)
 RESUMABLE_FIELDS = ("eval_every", "output_dir", "performance.micro_batch_size", "performance.eval_batch_size",
                     "performance.device", "performance.memory_budget_mib")
@@ -132,14 +136,29 @@ def check_model_name(name: str, families, shipped=()) -> None:
         raise ConfigError(f"--model {name}: {why}. Families (random init): {', '.join(families)}{ship}")
 
 
+def _file_digest(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _digest(data) -> str | None:
-    """SHA-256 of a :class:`~raptor.data.ClassificationData` (texts, second texts, labels, label names)."""
+    """SHA-256 of a record set: a :class:`~raptor.data.ClassificationData` (texts, second texts,
+    labels, label names), a :class:`~raptor.data.qa.QAData` (prompts, answers) or a
+    :class:`~raptor.data.vqa.VQAData` (the bytes of each image, questions, answers)."""
     if data is None:
         return None
     import json
 
-    payload = [list(data.texts), None if data.text_pairs is None else list(data.text_pairs), list(data.labels),
-               list(data.label_names)]
+    if hasattr(data, "images"):  # VQA: an image edited in place is different data
+        payload = ["vqa", [_file_digest(p) for p in data.images], list(data.questions), list(data.answers)]
+    elif hasattr(data, "prompts"):
+        payload = ["qa", list(data.prompts), list(data.answers)]
+    else:
+        payload = [list(data.texts), None if data.text_pairs is None else list(data.text_pairs), list(data.labels),
+                   list(data.label_names)]
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
 
 
@@ -175,14 +194,19 @@ def _digest_text(text: str) -> str:
 
 
 def fingerprint_differences(saved: dict, now: dict) -> list[str]:
-    """Human-readable differences, flags named; the method change said in words first."""
+    """Human-readable differences, flags named; a changed method or objective said in words first."""
     out = []
     s_cfg, n_cfg = saved.get("config", {}), now.get("config", {})
     if s_cfg.get("method") != n_cfg.get("method"):
         out.append(f"the method changed: the checkpoint was written by a --method {s_cfg.get('method')} run, "
                    f"this run asks for --method {n_cfg.get('method')}")
+    s_obj, n_obj = s_cfg.get("objective", "classify"), n_cfg.get("objective", "classify")
+    if s_obj != n_obj:
+        out.append(f"the objective changed: the checkpoint was written by a --objective {s_obj} run, "
+                   f"this run asks for --objective {n_obj}")
+    skip = {"method", "objective"} | (GENERATE_FIELDS if s_obj != n_obj else set())
     for key in sorted(set(s_cfg) | set(n_cfg)):
-        if key == "method" or s_cfg.get(key) == n_cfg.get(key):
+        if key in skip or s_cfg.get(key) == n_cfg.get(key):
             continue
         out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {s_cfg.get(key)!r} -> {n_cfg.get(key)!r}")
     for key in ("model", "label_names", "public_source"):
@@ -192,6 +216,46 @@ def fingerprint_differences(saved: dict, now: dict) -> list[str]:
         if saved.get("data", {}).get(key) != value:
             out.append(f"{key}: different records (the data file or its size changed)")
     return out
+
+
+#: relative tolerance of :func:`plan_differences`: the public statistics (owner shares, n_hat, clip
+#: norms) are recomputed by a resumed run from the same public data and initial weights; another
+#: device or kernel may round them differently in the last bits, which is not a different run
+PLAN_REL_TOL: float = 1e-6
+
+
+def plan_differences(saved, now, *, rel_tol: float = PLAN_REL_TOL, path: str = "plan") -> list[str]:
+    """Where two plans (``StepPlan.to_dict()`` as read back from JSON) differ: floats beyond a
+    relative tolerance ``rel_tol`` (``|a - b| <= rel_tol * max(|a|, |b|)``; inf and nan only equal
+    themselves), everything else (layers, group names, counts, strings) exactly. Returns
+    ``"path: saved -> now"`` lines (at most 5, then a count)."""
+    import math
+
+    out: list[str] = []
+
+    def walk(a, b, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b), key=str):
+                if k not in a or k not in b:
+                    out.append(f"{where}.{k}: {'missing' if k not in a else repr(a[k])} -> "
+                               f"{'missing' if k not in b else repr(b[k])}")
+                else:
+                    walk(a[k], b[k], f"{where}.{k}")
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(x, y, f"{where}[{i}]")
+        elif isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+                or isinstance(b, float) and isinstance(a, (int, float)) and not isinstance(a, bool):
+            a, b = float(a), float(b)
+            same = a == b or (math.isnan(a) and math.isnan(b)) or \
+                (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel_tol * max(abs(a), abs(b)))
+            if not same:
+                out.append(f"{where}: {a!r} -> {b!r}")
+        elif a != b or type(a) is not type(b):
+            out.append(f"{where}: {a!r} -> {b!r}")
+
+    walk(saved, now, path)
+    return out[:5] + ([f"and {len(out) - 5} more"] if len(out) > 5 else [])
 
 
 def check_resumable(checkpoint, now: dict) -> None:

@@ -332,7 +332,9 @@ class Trainer:
 
     def resume(self, path, ledger_from_dict) -> None:
         """Continue from a checkpoint of the same run: same config (privacy and method), same
-        fingerprint (:mod:`raptor.training.run_checks`), the same public statistics and plan, the
+        fingerprint (:mod:`raptor.training.run_checks`), the same public statistics and plan (floats
+        within a relative :data:`~raptor.training.run_checks.PLAN_REL_TOL`, so that a resume on
+        another device is not refused for rounding; the run continues with its recomputed values), the
         saved ledger continued (``ledger_from_dict`` rebuilds it, e.g. ``PrivacyLedger.from_dict``)
         and the saved generator states."""
         from raptor.errors import CheckpointError
@@ -344,10 +346,15 @@ class Trainer:
         state = load_checkpoint(path, model=self.model, optimizers=self.optimizers, generators=self.generators,
                                 ledger_from_dict=ledger_from_dict if self.ledger is not None else None)
         saved_plan = state["extra"].get("plan")
-        if saved_plan is not None and _jsonish(saved_plan) != _jsonish(self.plan.to_dict()):
-            raise CheckpointError(f"--resume {path}: the plan and public statistics (owner shares, n_hat, clip norms, "
-                                  "chosen layers, sigmas) of this run differ from the saved ones, so it would not "
-                                  "continue the same run; resume with the same model, data and settings")
+        if saved_plan is not None:
+            from raptor.training.run_checks import PLAN_REL_TOL, plan_differences
+
+            diff = plan_differences(_jsonish(saved_plan), _jsonish(self.plan.to_dict()))
+            if diff:
+                raise CheckpointError(f"--resume {path}: the plan and public statistics (owner shares, n_hat, clip "
+                                      "norms, chosen layers, sigmas) of this run differ from the saved ones beyond a "
+                                      f"relative {PLAN_REL_TOL:g} ({'; '.join(diff)}), so it would not continue the "
+                                      "same run; resume with the same model, data and settings")
         if self.config.privacy.secure_rng and not state["rng_saved"] and state["step"] < self.plan.steps:
             raise CheckpointError(f"--resume {path}: the checkpoint holds no generator state, so the run cannot "
                                   "continue exactly")
