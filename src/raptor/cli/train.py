@@ -251,7 +251,7 @@ def _config_from_args(args: argparse.Namespace, num_private: int | None) -> Trai
     config = TrainConfig(
         method=args.method, epochs=args.epochs, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
         output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
-        eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
+        eval_every=args.eval_every, max_length=args.max_length, privacy=privacy, lora_rank=args.lora_rank,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
                                       memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else default_lr(args.model),

@@ -48,7 +48,6 @@ exact match, dev loss and epsilon).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -70,7 +69,7 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2) (default image)")
     group.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2) (default question)")
     group.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
-    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank (the reference's VL2 setting: 16) (default 8)")
+    group.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank, both objectives (the reference's VL2 setting: 16) (default 8)")
     group.add_argument("--freeze-shared-experts", action="store_true",
                        help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
                             "training them in the shared group (default off)")
@@ -250,7 +249,6 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.head_init != "random":
         raise ConfigError("--head-init applies to classification heads; --objective generate keeps the LM head")
     config = check_before_training(args)  # flags, --output-dir (--overwrite), --device, --model, --resume
-    config = dataclasses.replace(config, lora_rank=args.lora_rank)
     source = public_source_of(args)  # declared before anything is read
     started = time.perf_counter()
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
