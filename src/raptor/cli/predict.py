@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from raptor.data import ClassificationData, encode, load_tokenizer
-    from raptor.data.collate import (
+    from raptor.data.batching import (
         collate,  # not via raptor.data: once the submodule is imported, that name is the module
     )
     from raptor.moe.models import load_model

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from raptor.data.collate import collate, encode
+from raptor.data.batching import collate, encode
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir
 from raptor.data.public import PublicPrivateSplit, separate_public, split_public_private
