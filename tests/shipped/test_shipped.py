@@ -116,14 +116,18 @@ def test_public_corpus_of_a_shipped_model_and_of_other_models(name, tmp_path):
 
 
 def test_model_public_corpus_takes_the_shape_of_the_private_data(name):
+    from raptor.data.model_corpus import PLACEHOLDER_LABEL
+    from raptor.errors import DataError
+
     single = ClassificationData(("a", "b"), (0, 1), ("negative", "positive"))
-    pub = model_public_corpus(name, single)
+    pub, source = model_public_corpus(name, single)
     n = len(public_corpus(name).read_text(encoding="utf-8").splitlines())
     assert len(pub) == n and not pub.is_pair and pub.label_names == single.label_names
-    assert set(pub.labels) == {0, 1}  # placeholder labels, balanced
+    assert set(pub.labels) == {PLACEHOLDER_LABEL}  # placeholder labels: nothing reads them (model_corpus docstring)
+    assert source.kind == "model-corpus" and not source.labelled
     pair = ClassificationData(("a",), (0,), ("no", "yes"), text_pairs=("b",))
-    pub2 = model_public_corpus(name, pair)
-    assert pub2.is_pair and len(pub2) == n // 2 and pub2.texts[0] == pub.texts[0] and pub2.text_pairs[0] == pub.texts[1]
+    with pytest.raises(DataError, match="sentence-pair"):  # single lines are not pairs (as in `raptor train`)
+        model_public_corpus(name, pair)
     assert model_public_corpus("switch_transformers", single) is None
 
 
