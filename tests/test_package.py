@@ -43,7 +43,7 @@ def test_import_raptor_has_no_side_effects():
         "heavy = [m for m in ('torch', 'transformers', 'dp_accounting') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "", f"import raptor pulled in heavy modules: {out.stdout.strip()}"
     assert out.stderr == ""
 

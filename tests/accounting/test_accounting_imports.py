@@ -14,7 +14,7 @@ def test_import_raptor_accounting_does_not_import_torch():
         "import raptor.cli.account, raptor.cli.plan; "
         "print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
 
