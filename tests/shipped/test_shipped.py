@@ -76,6 +76,16 @@ def test_package_data_globs_cover_every_shipped_file():
             assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not package data"
 
 
+def test_the_licence_is_an_spdx_expression():
+    """``project.license`` as a TOML table is deprecated by setuptools (PEP 639): an SPDX string,
+    which needs setuptools >= 77 to build (and in the dev extra, for the wheel test below)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["project"]["license"] == "Apache-2.0"
+    for requirements in (config["build-system"]["requires"], config["project"]["optional-dependencies"]["dev"]):
+        assert "setuptools>=77" in requirements
+
+
 @pytest.mark.slow
 def test_the_wheel_contains_the_shipped_model(tmp_path):
     """Build a wheel from a copy of the project (no network: setuptools from this environment)."""
@@ -85,10 +95,13 @@ def test_the_wheel_contains_the_shipped_model(tmp_path):
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for fname in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / fname, src / fname)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                          str(tmp_path / "dist"), str(src)], check=True, capture_output=True, text=True, timeout=600)
+    assert "`project.license` as a TOML table is deprecated" not in out.stdout + out.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
     for name in SHIPPED:
         for fname in REQUIRED:
             assert f"raptor/data/pretrained/{name}/{fname}" in names, fname
