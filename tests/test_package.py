@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "raptor"
 
-# Each sub-package may import raptor.<x> only for x in its allowed set (errors is allowed everywhere).
+# Top-level leaf modules that every sub-package may import: each imports only the standard library
+# and no other raptor module (tested below), so importing one can never point a dependency upward.
+# errors: the exception types; _lazy: the PEP 562 lazy-export helper of the package __init__s.
+LEAVES = {"errors", "_lazy"}
+
+# Each sub-package may import raptor.<x> only for x in its allowed set (or a LEAF).
 # The direction runs downward: accounting and mechanisms at the bottom, cli at the top.
 ALLOWED: dict[str, set[str]] = {
     "accounting": set(),
@@ -34,7 +43,7 @@ def test_import_raptor_has_no_side_effects():
         "heavy = [m for m in ('torch', 'transformers', 'dp_accounting') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip() == "", f"import raptor pulled in heavy modules: {out.stdout.strip()}"
     assert out.stderr == ""
 
@@ -59,7 +68,7 @@ def test_dependencies_run_downward_only():
     violations = []
     for package, allowed in ALLOWED.items():
         for path in sorted((SRC / package).rglob("*.py")):
-            for target in _raptor_imports(path) - allowed - {package, "errors"}:
+            for target in _raptor_imports(path) - allowed - {package} - LEAVES:
                 violations.append(f"{path.relative_to(SRC)} imports raptor.{target}")
     assert violations == [], "\n".join(violations)
 
@@ -67,3 +76,85 @@ def test_dependencies_run_downward_only():
 def test_every_subpackage_is_covered_by_the_layering_rule():
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages <= set(ALLOWED), f"add {sorted(packages - set(ALLOWED))} to ALLOWED"
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_leaf_modules_import_only_the_standard_library(leaf):
+    path = SRC / f"{leaf}.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{leaf}.py has a relative import"
+            imported.add(node.module.split(".")[0])
+    outside = sorted(imported - set(sys.stdlib_module_names) - {"__future__"})
+    assert outside == [], f"raptor.{leaf} is exempt from the layering rule only as a stdlib-only leaf: {outside}"
+
+
+def _packages() -> list[str]:
+    """raptor and every (nested) sub-package, by dotted name."""
+    names = ["raptor"]
+    for init in sorted(SRC.rglob("__init__.py")):
+        rel = init.parent.relative_to(SRC)
+        if rel.parts:
+            names.append(".".join(("raptor", *rel.parts)))
+    return names
+
+
+def _defines_module_getattr(init: Path) -> bool:
+    tree = ast.parse(init.read_text(), filename=str(init))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            return True
+        if isinstance(node, ast.Assign):
+            targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+            if any(isinstance(t, ast.Name) and t.id == "__getattr__" for t in targets):
+                return True
+    return False
+
+
+def _lazy_packages() -> list[str]:
+    found = []
+    for package in _packages():
+        init = SRC.joinpath(*package.split(".")[1:], "__init__.py")
+        if _defines_module_getattr(init):
+            found.append(package)
+    return found
+
+
+def test_lazy_packages_are_found():
+    # guards the scans below against finding nothing
+    assert {"raptor", "raptor.accounting", "raptor.data"} <= set(_lazy_packages())
+
+
+@pytest.mark.parametrize("package", _lazy_packages())
+def test_lazy_package_uses_the_shared_helper(package):
+    module = importlib.import_module(package)
+    assert isinstance(getattr(module, "_EXPORTS", None), dict), f"{package}: lazy exports need an _EXPORTS table"
+    assert module.__getattr__.__module__ == "raptor._lazy", f"{package}: use raptor._lazy.lazy_exports"
+    assert set(module.__all__) - {"__version__"} == set(module._EXPORTS)
+
+
+@pytest.mark.parametrize("package", _packages())
+def test_no_exported_name_equals_a_submodule_name(package):
+    # Importing a submodule binds its name on the package, shadowing a lazily exported object.
+    module = importlib.import_module(package)
+    submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
+    exported = set(getattr(module, "_EXPORTS", {})) | set(getattr(module, "__all__", ()))
+    assert sorted(exported & submodules) == [], f"{package}: rename the submodule or the export"
+
+
+@pytest.mark.parametrize("package", ["raptor.accounting", "raptor.data"])
+def test_lazy_exports_resolve_to_their_objects_after_every_submodule_is_imported(package):
+    module = importlib.import_module(package)
+    for sub in pkgutil.iter_modules(module.__path__):
+        importlib.import_module(f"{package}.{sub.name}")
+    for name, defining in module._EXPORTS.items():
+        expected = getattr(importlib.import_module(defining), name)
+        got = getattr(module, name)
+        assert got is expected, f"{package}.{name} is {got!r}, not the export of {defining}"
+    assert set(dir(module)) >= set(module._EXPORTS)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018

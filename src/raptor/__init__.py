@@ -9,9 +9,12 @@ environment variable. Sub-packages are imported on demand, and so are the public
 * :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class).
 """
 
+from raptor._lazy import lazy_exports
+
 __version__ = "0.1.0"
 
-_LAZY = {
+#: exported name -> the module that defines it (imported on first use: see :mod:`raptor._lazy`)
+_EXPORTS: dict[str, str] = {
     "fine_tune": "raptor.training.fine_tune",
     "FineTuneResult": "raptor.training.fine_tune",
     "TrainConfig": "raptor.training.config",
@@ -24,12 +27,6 @@ _LAZY = {
     "load_model": "raptor.moe.models",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *_EXPORTS]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'raptor' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

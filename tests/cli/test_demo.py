@@ -93,8 +93,17 @@ def test_global_rng_untouched(short_run):
 
 def test_the_sample_public_split_is_removed_from_the_private_records():
     train = load_bundled_sst2().train
-    public, private, desc = demo.declare_public(parse("--public", "sample", "--public-size", "400"), train)
+    public, private, desc, source = demo.declare_public(parse("--public", "sample", "--public-size", "400"), train)
     assert len(public) == 400 and len(private) == len(train) - 400 and "public split" in desc
+    assert source.kind == "slice" and source.size == 400
+
+
+def test_the_models_corpus_is_declared_as_an_unlabelled_model_corpus():
+    # fine_tune gets this source, so the run applies an unlabelled corpus's rules (no public clip rules)
+    train = load_bundled_sst2().train
+    public, private, desc, source = demo.declare_public(parse(), train)
+    assert source.kind == "model-corpus" and not source.labelled and source.path == str(public_corpus(demo.DEFAULT_MODEL))
+    assert private is train and set(public.labels) == {0} and "public_corpus.txt" in desc
 
 
 def test_help_lists_the_settings(capsys):

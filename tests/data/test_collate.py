@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from raptor.data import ClassificationData, encode, encode_batch, train_wordpiece
-from raptor.data.collate import collate
+from raptor.data.batching import collate
 from raptor.errors import ConfigError
 
 TEXTS = ("a charming journey", "bleak , desperate and very very long " * 4, "ok", "", "the film is slow")

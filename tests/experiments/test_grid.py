@@ -136,3 +136,42 @@ def test_plot_writes_a_png(tmp_path):
     recs += [_rec("nonprivate", None, 0, 0.9)]
     out = plot_metric_vs_epsilon(summarize(recs), tmp_path / "p.png", model="m", task="sst2")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_method_has_its_own_fixed_colour():
+    from raptor.experiments.report import METHOD_COLOURS
+    from raptor.training.config import METHODS
+
+    assert set(METHODS) <= set(METHOD_COLOURS), f"no colour for {sorted(set(METHODS) - set(METHOD_COLOURS))}"
+    colours = [METHOD_COLOURS[m] for m in METHODS]
+    mpl = pytest.importorskip("matplotlib.colors")
+    rgba = [mpl.to_rgba(c) for c in colours]  # distinct as drawn, not only as names
+    assert len(set(rgba)) == len(METHODS), dict(zip(METHODS, colours))
+
+
+def test_the_plot_draws_each_method_in_its_colour():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+
+    from raptor.experiments.report import METHOD_COLOURS, draw_metric_vs_epsilon
+    from raptor.training.config import METHODS
+
+    dp = [m for m in METHODS if m != "nonprivate"]
+    recs = [_rec(m, e, s, 0.5 + 0.01 * s) for m in dp for e in (1.0, 8.0) for s in range(2)]
+    recs += [_rec("nonprivate", None, 0, 0.9)]
+    fig, ax = plt.subplots()
+    try:
+        draw_metric_vs_epsilon(ax, summarize(recs), model="m", task="sst2")
+        drawn = {c.get_label(): to_rgba(c.lines[0].get_color()) for c in ax.containers}  # errorbars
+        drawn.update({line.get_label(): to_rgba(line.get_color()) for line in ax.get_lines()
+                      if line.get_label().startswith("nonprivate")})
+    finally:
+        plt.close(fig)
+    want = {m: to_rgba(METHOD_COLOURS[m]) for m in dp}
+    assert {m: drawn[m] for m in dp} == want
+    assert to_rgba(METHOD_COLOURS["nonprivate"]) in drawn.values()
+    assert len(set(drawn.values())) == len(METHODS)

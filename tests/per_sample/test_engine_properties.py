@@ -278,3 +278,39 @@ def test_tied_embedding_matches_reference(inf_clip):
         torch.testing.assert_close(res.norms[k], ref.norms[k], rtol=1e-8, atol=1e-12)
     name = "model.embed_tokens.weight"
     assert _max_rel(res.clipped_sums[name], ref.clipped_sums[name]) < 1e-8
+
+
+def test_compute_under_no_grad_gives_the_same_result_as_outside(inf_clip):
+    """Once returned all-zero norms and sums in silence: the engine now runs its own autograd pass."""
+    model = tiny("switch_transformers")
+    engine = PerRecordEngine(model, trained_layers=[1], grouping="roles")
+    batch = batch_for(model, batch_size=4)
+    clip = {k: 0.5 for k in engine.group_keys}
+    want = engine.compute(batch, clip)
+    with torch.no_grad():
+        got = engine.compute(batch, clip)
+        assert not torch.is_grad_enabled()  # the caller's mode is restored on return
+    assert float(want.norms[GroupKey.shared()].min()) > 0
+    for k in engine.group_keys:
+        torch.testing.assert_close(got.norms[k], want.norms[k], rtol=0, atol=0)
+    for name in want.clipped_sums:
+        torch.testing.assert_close(got.clipped_sums[name], want.clipped_sums[name], rtol=0, atol=0)
+    assert all(p.grad is None for p in model.parameters())
+    assert not any(t.requires_grad for t in [*got.norms.values(), *got.clipped_sums.values(), got.loss_B])
+
+
+def test_compute_under_inference_mode_is_a_clear_error(inf_clip):
+    model = tiny("olmoe")
+    engine = PerRecordEngine(model, trained_layers=[1], grouping="roles")
+    batch = batch_for(model, batch_size=2)
+    with torch.inference_mode(), pytest.raises(ConfigError, match="inference_mode"):
+        engine.compute(batch, inf_clip(engine))
+
+
+def test_a_loss_that_reaches_no_trainable_parameter_is_an_error_not_zeros(inf_clip):
+    model = tiny("olmoe")
+    engine = PerRecordEngine(model, trained_layers=[1], grouping="roles",
+                             loss_fn=lambda logits, labels: F.cross_entropy(logits.detach().float(), labels,
+                                                                           reduction="none"))
+    with pytest.raises(UnsupportedModelError, match="does not depend on the"):
+        engine.compute(batch_for(model, batch_size=2), inf_clip(engine))

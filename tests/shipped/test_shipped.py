@@ -76,6 +76,16 @@ def test_package_data_globs_cover_every_shipped_file():
             assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not package data"
 
 
+def test_the_licence_is_an_spdx_expression():
+    """``project.license`` as a TOML table is deprecated by setuptools (PEP 639): an SPDX string,
+    which needs setuptools >= 77 to build (and in the dev extra, for the wheel test below)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["project"]["license"] == "Apache-2.0"
+    for requirements in (config["build-system"]["requires"], config["project"]["optional-dependencies"]["dev"]):
+        assert "setuptools>=77" in requirements
+
+
 @pytest.mark.slow
 def test_the_wheel_contains_the_shipped_model(tmp_path):
     """Build a wheel from a copy of the project (no network: setuptools from this environment)."""
@@ -85,10 +95,13 @@ def test_the_wheel_contains_the_shipped_model(tmp_path):
     shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for fname in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / fname, src / fname)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                          str(tmp_path / "dist"), str(src)], check=True, capture_output=True, text=True, timeout=600)
+    assert "`project.license` as a TOML table is deprecated" not in out.stdout + out.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
     for name in SHIPPED:
         for fname in REQUIRED:
             assert f"raptor/data/pretrained/{name}/{fname}" in names, fname
@@ -116,14 +129,18 @@ def test_public_corpus_of_a_shipped_model_and_of_other_models(name, tmp_path):
 
 
 def test_model_public_corpus_takes_the_shape_of_the_private_data(name):
+    from raptor.data.model_corpus import PLACEHOLDER_LABEL
+    from raptor.errors import DataError
+
     single = ClassificationData(("a", "b"), (0, 1), ("negative", "positive"))
-    pub = model_public_corpus(name, single)
+    pub, source = model_public_corpus(name, single)
     n = len(public_corpus(name).read_text(encoding="utf-8").splitlines())
     assert len(pub) == n and not pub.is_pair and pub.label_names == single.label_names
-    assert set(pub.labels) == {0, 1}  # placeholder labels, balanced
+    assert set(pub.labels) == {PLACEHOLDER_LABEL}  # placeholder labels: nothing reads them (model_corpus docstring)
+    assert source.kind == "model-corpus" and not source.labelled
     pair = ClassificationData(("a",), (0,), ("no", "yes"), text_pairs=("b",))
-    pub2 = model_public_corpus(name, pair)
-    assert pub2.is_pair and len(pub2) == n // 2 and pub2.texts[0] == pub.texts[0] and pub2.text_pairs[0] == pub.texts[1]
+    with pytest.raises(DataError, match="sentence-pair"):  # single lines are not pairs (as in `raptor train`)
+        model_public_corpus(name, pair)
     assert model_public_corpus("switch_transformers", single) is None
 
 

@@ -160,6 +160,7 @@ def test_sigkill_during_writes_leaves_a_loadable_checkpoint(tmp_path):
     """A child process rewrites a checkpoint in a loop and is killed with SIGKILL at a random time;
     the directory it leaves always loads (the new or the previous checkpoint)."""
     import os
+    import select
     import signal
     import subprocess
     import sys
@@ -180,12 +181,20 @@ while True:
     print(step, flush=True)
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    first_timeout, exit_timeout = 300, 60  # the first checkpoint takes seconds; past these the child is hung
     for delay in (0.05, 0.13, 0.31):
         proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().strip()  # at least one checkpoint exists
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], first_timeout)  # readline alone could wait forever
+            assert ready, f"the child wrote no checkpoint within {first_timeout} s (hung?)"
+            assert proc.stdout.readline().strip(), "the child ended before its first checkpoint"
+            time.sleep(delay)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            try:
+                proc.wait(timeout=exit_timeout)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the child did not exit within {exit_timeout} s of SIGKILL")
         model, opt = _setup()
         state = load_checkpoint(tmp_path / "ck", model=model, optimizers={"s": opt},
                                 generators={"noise": seeded_generator(2)})

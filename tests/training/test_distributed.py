@@ -4,6 +4,7 @@ equals the 1-process run step for step (every method); a dead rank ends the job 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -155,16 +156,44 @@ def _env():
     return env
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and, when it leads its own process group (``start_new_session``), its children."""
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except ProcessLookupError:
+        pass  # already gone
+
+
+def _finish(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    """``proc``'s output once it ends; past ``timeout`` s it is killed and the test fails saying so
+    (``communicate(timeout=)`` alone raises but leaves the process running)."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out = proc.communicate(timeout=60)[0]
+        pytest.fail(f"{what} did not end within {timeout:.0f} s (hung?); killed it. Output:\n{out[-3000:]}")
+
+
 @pytest.mark.distributed
 def test_two_process_gloo_run_matches_one_process_step_for_step(tmp_path):
     one, two = tmp_path / "one.pt", tmp_path / "two.pt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(WORKER), str(two), "--distributed", "--save-dir", str(tmp_path / "ckpt"), "--secure-check"]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    import dist_worker  # the 1-process run, in this process, while the 2-process run goes on
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group: a kill reaches torchrun's workers
+    try:
+        import dist_worker  # the 1-process run, in this process, while the 2-process run goes on
 
-    dist_worker.main([str(one)])
-    out, _ = proc.communicate(timeout=600)
+        dist_worker.main([str(one)])
+    except BaseException:
+        _kill_group(proc)  # its result is not needed any more
+        proc.communicate(timeout=60)
+        raise
+    out = _finish(proc, 600, "the 2-process torchrun job")
     assert proc.returncode == 0, out[-3000:]
     a, b = torch.load(one), torch.load(two)
     assert set(a) == set(dist_worker.METHODS) and set(b) == set(a) | {"secure"}
@@ -221,7 +250,13 @@ def test_a_dead_rank_ends_the_job_with_a_clear_error():
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen([sys.executable, str(HERE / "dead_rank_worker.py"), "20"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    try:
+        outs = [_finish(p, max(1.0, 120 - (time.monotonic() - start)), f"rank {r}") for r, p in enumerate(procs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:  # a rank left running by a failure above
+                _kill_group(p)
+                p.wait(timeout=60)
     assert time.monotonic() - start < 120
     assert procs[1].returncode == 3, outs[1][-2000:]
     assert procs[0].returncode != 0 and "unreachable" not in outs[0]

@@ -8,9 +8,10 @@
 
 This package imports no torch (tested).
 """
-import importlib
+from raptor._lazy import lazy_exports
 
-#: exported name -> the module that defines it (imported on first use: PEP 562)
+#: exported name -> the module that defines it (imported on first use: PEP 562, see
+#: :mod:`raptor._lazy`; no name may equal a submodule's name)
 _EXPORTS: dict[str, str] = {
     "COARSE_DISCRETIZATION_INTERVAL": "raptor.accounting.accountants",
     "VALUE_DISCRETIZATION_INTERVAL": "raptor.accounting.accountants",
@@ -56,16 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import the defining module on first use, so that ``import raptor.<pkg>.<module>`` (and
-    ``raptor --help``) does not import every heavy dependency of the package."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

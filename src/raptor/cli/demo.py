@@ -111,18 +111,23 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def declare_public(args: argparse.Namespace, train):
-    """(public records, private records, a one-line description) for ``--public``."""
+    """(public records, private records, a one-line description, the :class:`PublicSource`) for
+    ``--public``; the source goes to ``fine_tune`` so that the run applies its rules (an unlabelled
+    model corpus refuses the public clip rules) and results.json names it."""
     from raptor.data import split_public_private
     from raptor.data.model_corpus import model_public_corpus
+    from raptor.data.public_source import PublicSource
 
     if args.public == "model":
-        public = model_public_corpus(args.model, train)
-        if public is None:
+        found = model_public_corpus(args.model, train)
+        if found is None:
             raise ConfigError(f"--model {args.model} carries no public corpus (public_corpus.txt); "
                               "pass --public sample to use the bundled sample's public split")
-        return public, train, f"the model's public corpus: {public.source}"
+        public, source = found
+        return public, train, f"the model's public corpus: {public.source}", source
     split = split_public_private(train, public_size=args.public_size, seed=0)
-    return split.public, split.private, f"the bundled sample's public split: {split.rule}"
+    return (split.public, split.private, f"the bundled sample's public split: {split.rule}",
+            PublicSource("slice", size=args.public_size))
 
 
 def train_config(args: argparse.Namespace, method: str, steps_hint: int):
@@ -142,7 +147,7 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
     )
 
 
-def run_method(args: argparse.Namespace, method: str, private, public, dev) -> dict:
+def run_method(args: argparse.Namespace, method: str, private, public, dev, public_source=None) -> dict:
     """One private fine-tuning run from the warm start; a summary dict (with the full results)."""
     from raptor.data import load_tokenizer
     from raptor.data.loaders import to_records
@@ -160,7 +165,8 @@ def run_method(args: argparse.Namespace, method: str, private, public, dev) -> d
     steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
     config = train_config(args, method, steps_hint)
     start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
-    out = fine_tune(model, tokenizer, private, dev, config, public=public, progress=not args.no_progress)
+    out = fine_tune(model, tokenizer, private, dev, config, public=public, public_source=public_source,
+                    progress=not args.no_progress)
     r = out.results
     curve = [{"step": 0, "accuracy": start_point["accuracy"], "epsilon": 0.0}] + \
         [{"step": e["step"], "accuracy": e["accuracy"], "epsilon": e["epsilon"]} for e in r["evals"]]
@@ -217,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     splits = load_bundled_sst2()
-    public, private, public_desc = declare_public(args, splits.train)
+    public, private, public_desc, public_source = declare_public(args, splits.train)
     if args.max_train_samples is not None:
         private = private.subset(range(min(args.max_train_samples, len(private))))
     dev = splits.validation
@@ -230,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
           f"public data: {public_desc}")
     rows = []
     for method in args.methods:
-        row = run_method(args, method, private, public, dev)
+        row = run_method(args, method, private, public, dev, public_source)
         rows.append(row)
         print(f"{method}: dev accuracy {row['dev_accuracy']:.4f}, epsilon {row['epsilon']:.3f} at delta "
               f"{row['delta']}, {row['steps']} updates, {row['seconds']:.0f} s")

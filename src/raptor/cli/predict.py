@@ -70,10 +70,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from raptor.data import ClassificationData, encode, load_tokenizer
-    from raptor.data.collate import (
-        collate,  # not via raptor.data: once the submodule is imported, that name is the module
-    )
+    from raptor.data import ClassificationData, collate, encode, load_tokenizer
     from raptor.moe.models import load_model
     from raptor.training.final_model import read_label_names, read_max_length
     from raptor.training.plain import classification_logits

@@ -8,16 +8,17 @@
   :func:`load_bundled_sst2` (the sample shipped with the package).
 - :func:`split_public_private` / :func:`separate_public`: the public corpus and the private records.
 - :func:`train_wordpiece`, :func:`save_tokenizer`, :func:`load_tokenizer`.
-- :func:`encode` + :func:`collate`: ``input_ids [B,T]``, ``attention_mask [B,T]``, ``labels [B]``.
+- :func:`encode` + :func:`collate` (:mod:`raptor.data.batching`): ``input_ids [B,T]``, ``attention_mask [B,T]``, ``labels [B]``.
 """
-import importlib
+from raptor._lazy import lazy_exports
 
-#: exported name -> the module that defines it (imported on first use: PEP 562)
+#: exported name -> the module that defines it (imported on first use: PEP 562, see
+#: :mod:`raptor._lazy`; no name may equal a submodule's name)
 _EXPORTS: dict[str, str] = {
-    "EncodedData": "raptor.data.collate",
-    "collate": "raptor.data.collate",
-    "encode": "raptor.data.collate",
-    "encode_batch": "raptor.data.collate",
+    "EncodedData": "raptor.data.batching",
+    "collate": "raptor.data.batching",
+    "encode": "raptor.data.batching",
+    "encode_batch": "raptor.data.batching",
     "ClassificationData": "raptor.data.dataset",
     "DataSplits": "raptor.data.dataset",
     "load_glue_dir": "raptor.data.glue_local",
@@ -68,16 +69,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import the defining module on first use, so that ``import raptor.<pkg>.<module>`` (and
-    ``raptor --help``) does not import every heavy dependency of the package."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

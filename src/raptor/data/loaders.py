@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from raptor.data.collate import collate, encode
+from raptor.data.batching import collate, encode
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir
 from raptor.data.public import PublicPrivateSplit, separate_public, split_public_private
@@ -149,22 +149,13 @@ def public_split(train: ClassificationData, source: PublicSource, *,
 
 
 def load_public_file(path: str, splits: DataSplits, source: DataSource) -> ClassificationData:
-    """A public corpus file with the task's columns, or a ``.txt`` of unlabelled texts (one per line)."""
-    if path.endswith(".txt"):
-        from raptor.data.textio import read_text_lines
+    """A declared public corpus file (``--public-file`` or the model's): a table with the task's
+    columns, or a ``.txt`` of unlabelled texts (one per line); the one reader,
+    :func:`raptor.data.model_corpus.read_public_corpus`."""
+    from raptor.data.model_corpus import read_public_corpus
 
-        texts = read_text_lines(path)
-        if splits.train.is_pair:
-            raise DataError(f"{path}: an unlabelled single-text public corpus cannot serve a sentence-pair task; "
-                            "give --public-file with both text columns")
-        regression = splits.task_type == "regression"
-        return ClassificationData(texts, (0.0 if regression else 0,) * len(texts),
-                                  () if regression else splits.train.label_names, source=path,
-                                  task_type=splits.task_type)
-    regression = splits.task_type == "regression"
-    return load_user_files(path, text_columns=source.text_columns, label_column=source.label_column,
-                           task=source.task, label_names=None if regression else splits.train.label_names,
-                           task_type=splits.task_type).train
+    return read_public_corpus(path, splits.train, text_columns=source.text_columns, label_column=source.label_column,
+                              task=source.task)
 
 
 def load_data(source: DataSource) -> LoadedData:

@@ -1,17 +1,29 @@
-"""A pre-trained model's declared public corpus, as records shaped like a task's data.
+"""Reading a declared public corpus file: the one reader behind ``raptor train`` (``--public-file``
+and a model's public corpus, :func:`raptor.data.loaders.load_data`) and ``raptor demo``
+(:func:`model_public_corpus`).
 
-A model directory may carry ``public_corpus.txt`` (:func:`raptor.shipped.public_corpus`: the
-shipped models carry held-out lines of their public pre-training text). Privacy rule 2 counts it as
-declared public data: using it is the user's choice of that model, never a slice of their records.
-:func:`model_public_corpus` reads it as :class:`ClassificationData` with the shape of the private
-data (single texts, or consecutive lines paired for pair tasks), so that it can serve as a run's
-public corpus: public routing (owners), owner shares and denominators n_hat, layer choice.
+A model directory may carry its public corpus (:func:`raptor.shipped.public_corpus`: the shipped
+models carry ``public_corpus.txt``, held-out lines of their public pre-training text). Privacy rule
+2 counts it as declared public data: using it is the user's choice of that model, never a slice of
+their records. :func:`read_public_corpus` reads any declared public file as
+:class:`ClassificationData` shaped like the private data:
 
-Labels: the corpus is unlabelled text. Its records carry PLACEHOLDER labels, ``i mod K`` (0.0
-for regression), so that they fit the record layout. Routing, shares, n_hat and the layer choice
-read only the text; a clip rule calibrated on public gradient norms (``--clip-rule`` other than
-``uniform``) would see the gradients of these placeholder labels, an approximation at the start
-of fine-tuning, where the head is near-uniform. Anything that needs true labels must not use it.
+* ``.jsonl/.csv/.tsv``: the task's text and label columns (:func:`load_user_files`), labelled;
+* ``.txt`` (:func:`raptor.data.public_source.is_labelled_corpus` is false): one unlabelled text per
+  line. A sentence-pair task is refused (:class:`DataError`): single lines are not pairs.
+
+Placeholder labels of an unlabelled corpus: every record gets label id 0 (0.0 for regression).
+They exist only so that the public records fit the record layout that the public stage batches
+(``labels [B]``, whose length counts the public records) and the resume fingerprint digests. No
+label of a public record is read by anything that uses them: public routing (owners), owner shares,
+denominators n_hat and the layer choice read ``input_ids`` and ``attention_mask`` only, and the one
+consumer of public labels, the public per-expert clip rules (``--clip-rule`` other than
+``uniform``, which need public gradient norms), refuses an unlabelled corpus
+(:func:`raptor.training.public_stage.check_labelled`, through
+:attr:`raptor.data.public_source.PublicSource.labelled`, which uses the same test of the file as
+this reader). Private-safe: the placeholders are constants computed from nothing (not from private
+records, not even from the public text), so they carry no information; what the run learns from
+this corpus is its public text alone.
 """
 
 from __future__ import annotations
@@ -19,36 +31,46 @@ from __future__ import annotations
 from pathlib import Path
 
 from raptor.data.dataset import ClassificationData
-from raptor.data.textio import decode_utf8, read_bytes
+from raptor.data.public_source import PublicSource, is_labelled_corpus
+from raptor.data.textio import read_text_lines
+from raptor.data.user_files import load_user_files
 from raptor.errors import DataError
 
-
-def read_corpus_lines(path: str | Path) -> tuple[str, ...]:
-    """The non-empty lines (stripped) of a UTF-8 text file."""
-    path = Path(path)
-    lines = tuple(s.strip() for s in decode_utf8(read_bytes(path), str(path)).splitlines() if s.strip())
-    if not lines:
-        raise DataError(f"{path}: the public corpus file has no text")
-    return lines
+#: the placeholder label of every record of an unlabelled public corpus (see the module docstring)
+PLACEHOLDER_LABEL: int = 0
 
 
-def model_public_corpus(model: str | Path, like: ClassificationData) -> ClassificationData | None:
+def read_public_corpus(path: str | Path, like: ClassificationData, *, text_columns=None, label_column: str = "label",
+                       task: str | None = None, source: str | None = None) -> ClassificationData:
+    """The declared public corpus file ``path`` as records shaped like ``like`` (the private data):
+    a labelled table with the task's columns, or a ``.txt`` of unlabelled texts with placeholder
+    labels (module docstring). ``source``: the records' description (default: the path)."""
+    path = str(path)
+    regression = like.is_regression
+    if is_labelled_corpus(path):
+        return load_user_files(path, text_columns=text_columns, label_column=label_column, task=task,
+                               label_names=None if regression else like.label_names, task_type=like.task_type).train
+    if like.is_pair:
+        raise DataError(f"{path}: an unlabelled single-text public corpus cannot serve a sentence-pair task; "
+                        "give --public-file with both text columns")
+    texts = read_text_lines(path)
+    n = len(texts)
+    if regression:
+        return ClassificationData(texts, (float(PLACEHOLDER_LABEL),) * n, (), source=source or path,
+                                  task_type="regression")
+    return ClassificationData(texts, (PLACEHOLDER_LABEL,) * n, like.label_names, source=source or path)
+
+
+def model_public_corpus(model: str | Path, like: ClassificationData) -> tuple[ClassificationData, PublicSource] | None:
     """The declared public corpus of ``model`` (a shipped name or a model directory) as records
-    shaped like ``like`` (the private data), or ``None`` when the model carries none."""
+    shaped like ``like`` (the private data) with its :class:`PublicSource` (kind ``model-corpus``:
+    pass it on as ``fine_tune(public_source=...)`` so that the run applies the rules of an
+    unlabelled corpus), or ``None`` when the model carries none."""
     from raptor.shipped import public_corpus
 
     path = public_corpus(model)
     if path is None:
         return None
-    lines = read_corpus_lines(path)
-    pairs = None
-    if like.is_pair:
-        if len(lines) < 2:
-            raise DataError(f"{path}: a pair task needs at least two public lines")
-        lines, pairs = lines[0:len(lines) - 1:2], lines[1::2]
-    n = len(lines)
-    source = f"public corpus of {model} ({path.name}, {n} records)"
-    if like.is_regression:
-        return ClassificationData(lines, (0.0,) * n, (), pairs, source=source, task_type="regression")
-    k = len(like.label_names)
-    return ClassificationData(lines, tuple(i % k for i in range(n)), like.label_names, pairs, source=source)
+    data = read_public_corpus(path, like)
+    data = data.subset(range(len(data)), source=f"public corpus of {model} ({path.name}, {len(data)} records)")
+    return data, PublicSource("model-corpus", path=str(path))

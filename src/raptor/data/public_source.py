@@ -53,7 +53,7 @@ class PublicSource:
     @property
     def labelled(self) -> bool:
         """Whether the public records carry labels (a ``public.txt`` corpus does not)."""
-        return not (self.path is not None and self.path.endswith(".txt"))
+        return self.path is None or is_labelled_corpus(self.path)
 
     def describe(self) -> str:
         return {"file": f"public file {self.path}", "slice": f"--public-size {self.size} slice of the training data",
@@ -64,6 +64,13 @@ class PublicSource:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "path": self.path, "size": self.size, "description": self.describe()}
+
+
+def is_labelled_corpus(path: str | Path) -> bool:
+    """Whether a public corpus file carries labels: a table with the task's columns does, a ``.txt``
+    (one text per line) does not. The one test used by :attr:`PublicSource.labelled` and by the
+    reader, :func:`raptor.data.model_corpus.read_public_corpus`."""
+    return not str(path).endswith(".txt")
 
 
 def model_public_corpus(model: str | None) -> Path | None:

@@ -18,6 +18,26 @@ from typing import Any
 
 Group = tuple[str, str, str, Any]  # (model, task, method, epsilon)
 
+#: one fixed colour per method of :data:`raptor.training.config.METHODS` (distinct: tested), so that
+#: a method has the same colour in every plot whatever else is drawn with it
+METHOD_COLOURS: dict[str, str] = {
+    "nonprivate": "tab:gray",
+    "dpsgd": "tab:blue",
+    "dp-lora": "tab:orange",
+    "shared-only": "tab:green",
+    "expert-only": "tab:purple",
+    "last-layer": "tab:brown",
+    "raptor": "tab:red",
+}
+
+
+def method_colour(method: str) -> str:
+    """The fixed colour of ``method`` (:data:`METHOD_COLOURS`)."""
+    colour = METHOD_COLOURS.get(method)
+    if colour is None:
+        raise ValueError(f"no plot colour for method {method!r}; add one to raptor.experiments.report.METHOD_COLOURS")
+    return colour
+
 
 def _group(record: Mapping) -> Group:
     c = record["cell"]
@@ -127,35 +147,42 @@ def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, d
 
 
 def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *, model: str, task: str) -> Path:
-    """One line per DP method (mean ± std against target epsilon, log x), the non-private level dashed."""
+    """One line per DP method (mean ± std against target epsilon, log x), the non-private level dashed;
+    each method in its fixed colour (:data:`METHOD_COLOURS`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = {k: v for k, v in summary.items() if k[0] == model and k[1] == task}
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    metric = next(iter(rows.values())).get("metric_name") or "metric" if rows else "metric"
-    for m in sorted({k[2] for k in rows}):
-        pts = sorted(((k[3], v) for k, v in rows.items() if k[2] == m), key=lambda kv: _eps_sort(kv[0]))
-        if m == "nonprivate" or all(e is None for e, _ in pts):
-            for _, v in pts:
-                ax.axhline(v["mean"], color="gray", linestyle="--", label=f"{m} ({v['mean']:.3f})")
-            continue
-        xs = [float(e) for e, _ in pts if e is not None]
-        ys = [v["mean"] for e, v in pts if e is not None]
-        errs = [v["std"] for e, v in pts if e is not None]
-        style = {"linewidth": 2.5, "color": "tab:red"} if m == "raptor" else {"linewidth": 1.2}
-        ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=4, capsize=3, label=m, **style)
-    ax.set_xscale("log")
-    ax.set_xlabel("target ε (δ fixed)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{model} / {task}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    draw_metric_vs_epsilon(ax, summary, model=model, task=task)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def draw_metric_vs_epsilon(ax, summary: Mapping[Group, Mapping], *, model: str, task: str) -> None:
+    """The plot of :func:`plot_metric_vs_epsilon` on a matplotlib ``ax``."""
+    rows = {k: v for k, v in summary.items() if k[0] == model and k[1] == task}
+    metric = next(iter(rows.values())).get("metric_name") or "metric" if rows else "metric"
+    for m in sorted({k[2] for k in rows}):
+        colour = method_colour(m)
+        pts = sorted(((k[3], v) for k, v in rows.items() if k[2] == m), key=lambda kv: _eps_sort(kv[0]))
+        if m == "nonprivate" or all(e is None for e, _ in pts):
+            for _, v in pts:
+                ax.axhline(v["mean"], color=colour, linestyle="--", label=f"{m} ({v['mean']:.3f})")
+            continue
+        xs = [float(e) for e, _ in pts if e is not None]
+        ys = [v["mean"] for e, v in pts if e is not None]
+        errs = [v["std"] for e, v in pts if e is not None]
+        ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=4, capsize=3, label=m, color=colour,
+                    linewidth=2.5 if m == "raptor" else 1.2)
+    ax.set_xscale("log")
+    ax.set_xlabel("target ε (δ fixed)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{model} / {task}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)

@@ -18,7 +18,10 @@ neither read nor seeded.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -157,9 +160,15 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     generator seeded with 0 (reproducible tests). transformers' own initialisation of those
     parameters draws from the global RNG; it runs inside ``fork_rng`` and is overwritten, so the
     global RNG is neither read for the result nor changed.
+
+    A checkpoint saved from another head class (``config.architectures``, e.g. the shipped
+    ``SwitchForMaskedLM``) is loaded into the classifier on purpose: transformers' UNEXPECTED /
+    MISSING load report is dropped for that call only and raptor prints one line on stderr saying
+    the head is new (:func:`new_head_line`). A checkpoint of the same class keeps the full report.
     """
     from raptor.shipped import resolve
 
+    given = name_or_path
     name_or_path = resolve(name_or_path)
     kwargs.setdefault("dtype", torch.float32)
     path = Path(name_or_path)
@@ -176,10 +185,65 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
         if num_labels == 1:
             kwargs["problem_type"] = "regression"
     kwargs.pop("output_loading_info", None)
-    with torch.random.fork_rng(devices=[]):
+    architectures = _checkpoint_architectures(path if path.exists() else None, name_or_path)
+    new_head = bool(architectures) and cls.__name__ not in architectures  # e.g. a masked-LM checkpoint
+    quiet = _without_load_report() if new_head else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), quiet:
         model, info = cls.from_pretrained(str(name_or_path), output_loading_info=True, **kwargs)
     missing = _missing_parameter_names(info)
     if missing:
         init_missing_(model, missing, generator if generator is not None else torch.Generator().manual_seed(0))
+    if new_head:
+        print(new_head_line(given, architectures[0], cls.__name__, missing, info.get("unexpected_keys") or ()),
+              file=sys.stderr)
     model.eval()
     return model
+
+
+#: the logger transformers writes its state-dict load report to (UNEXPECTED / MISSING keys)
+HF_LOAD_REPORT_LOGGER = "transformers.modeling_utils"
+
+
+def _checkpoint_architectures(path: Path | None, name) -> list[str]:
+    """The checkpoint's ``config.architectures`` (the class it was saved from; empty if unknown)."""
+    if path is not None:
+        found = json.loads((path / "config.json").read_text()).get("architectures")
+    else:
+        found = transformers.AutoConfig.from_pretrained(str(name)).architectures
+    return list(found or ())
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_load_report():
+    """Drop transformers' load report for one ``from_pretrained`` call, and only it: a filter on the
+    one logger that writes it, matching the report only, removed on exit (every other record, and
+    every later report, is logged as before)."""
+    logger = logging.getLogger(HF_LOAD_REPORT_LOGGER)
+    drop = _DropLoadReport()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def new_head_line(name, architecture: str, head_class: str, missing, unexpected, *, shown: int = 6) -> str:
+    """The one line raptor prints instead of transformers' load report when a checkpoint of another
+    head (``architecture``) is loaded into ``head_class`` on purpose."""
+
+    def listed(names) -> str:
+        names = sorted(names)
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        return ", ".join(names[:shown]) + more
+
+    line = f"raptor: {name} is a {architecture} checkpoint; its {head_class} head is new"
+    if missing:
+        line += f" ({len(missing)} new parameters: {listed(missing)})"
+    if unexpected:
+        line += f"; checkpoint keys it does not use: {listed(unexpected)}"
+    return line

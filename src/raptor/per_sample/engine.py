@@ -151,7 +151,23 @@ class PerRecordEngine:
         return dict(call.owners)
 
     def compute(self, batch: Mapping[str, torch.Tensor], clip_norms: Mapping[GroupKey | str, float]) -> EngineResult:
-        """Norms, clip factors and clipped sums for one batch in one forward and one backward."""
+        """Norms, clip factors and clipped sums for one batch in one forward and one backward.
+
+        Grad mode: the engine runs its own backward and returns values (it writes no ``.grad`` and
+        its results hold no graph), so the caller's grad mode does not change what it computes:
+        under ``torch.no_grad()`` it enables autograd for its own forward/backward, as
+        ``torch.func.grad`` does. Under ``torch.inference_mode()`` no backward is possible (its
+        tensors cannot be saved for one): a :class:`ConfigError` says so, instead of zero gradients.
+        """
+        if torch.is_inference_mode_enabled():
+            raise ConfigError(
+                "PerRecordEngine.compute runs a backward pass, which torch.inference_mode() forbids; call it "
+                "outside inference_mode (torch.no_grad() is fine: the engine enables autograd for its own pass)"
+            )
+        with torch.enable_grad():
+            return self._compute(batch, clip_norms)
+
+    def _compute(self, batch: Mapping[str, torch.Tensor], clip_norms: Mapping[GroupKey | str, float]) -> EngineResult:
         ids, mask, labels = _batch_parts(batch)
         C_G = self._clip_vector(clip_norms)
         B, T = ids.shape
@@ -173,6 +189,11 @@ class PerRecordEngine:
         before = {n: p.grad for n, p in self.group_map.params.items()}
         if loss_B.requires_grad:
             loss_B.sum().backward()
+        elif self.group_map.params:  # trainable parameters the loss does not reach: never zeros in silence
+            raise UnsupportedModelError(
+                f"the loss does not depend on the {len(self.group_map.params)} trainable parameters (e.g. "
+                f"{next(iter(self.group_map.params))!r}): autograd recorded nothing during the forward"
+            )
         for n, p in self.group_map.params.items():
             if p.grad is not before[n]:
                 raise UnsupportedModelError(
