@@ -114,5 +114,5 @@ def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, mo
     assert "done, 0 to run" in capsys.readouterr().out
     assert rg.main([*argv, "--summarize"]) == 0
     out = json.loads((tmp_path / "res" / "t.json").read_text())
-    assert out["space"] == "demo"
+    assert out["space"] == "demo" and "no tuning" in out["selection"]
     assert all(r["n"] == 3 for r in out["summary"]) and len(out["summary"]) == 10
