@@ -115,9 +115,19 @@ def test_help_lists_the_settings(capsys):
         assert flag in out
 
 
+def test_expert_lr_reaches_raptor_only():
+    from raptor.cli.main import build_parser
+
+    args = build_parser().parse_args(["demo"])
+    assert args.lr_expert == demo.DEFAULTS["lr_expert"] == args.lr / 8
+    assert demo.train_config(args, "raptor", 10).optim.lr_expert == args.lr_expert
+    assert demo.train_config(args, "dpsgd", 10).optim.lr_expert is None  # one stream: --lr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--epsilon", "0"], "--epsilon must be a positive finite number"),
     (["--lr", "-1"], "--lr must be a positive finite number"),
+    (["--lr-expert", "0"], "--lr-expert must be a positive finite number"),
     (["--batch-size", "0"], "--batch-size must be a positive integer"),
     (["--max-train-samples", "0"], "--max-train-samples must be a positive integer"),
 ])
