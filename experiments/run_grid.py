@@ -509,6 +509,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
     from raptor.experiments.report import summarize as summarize_records
     from raptor.training.json_io import write_strict_json
 
+    stem = args.summary_name or args.grid
     records = all_records(args.grid)
     best = select_best(records)
     for r in records:  # untuned groups (one configuration): their one configuration
@@ -525,7 +526,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
     settings = sorted({(k[0], k[1]) for k in summary})
     for model, task in settings:
         tables.append(markdown_table(summary, model=model, task=task))
-        name = f"{args.grid}_{task}_{_slug(model)}.png"
+        name = f"{stem}_{task}_{_slug(model)}.png"
         plots.append(str(plot_metric_vs_epsilon(summary, RESULTS / name, model=model, task=task)))
     tune_rows = {}
     for r in records:
@@ -562,7 +563,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
     }
     out["command"] = ("python experiments/run_grid.py " + " ".join(sys.argv[1:])) if argv_of_main is None else \
         "python experiments/run_grid.py " + " ".join(argv_of_main)
-    md = [f"# {args.grid}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], "",
+    md = [f"# {stem}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], "",
           f"Regenerate: `{out['command']}` (the runs: the same without `--summarize`).", ""]
     for t in tables:
         md += [t, ""]
@@ -576,10 +577,10 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
                f"{r['warm_mean']:.3f} ± {r['warm_std']:.3f} ({r['n_warm']}) | {r['random_mean']:.3f} ± "
                f"{r['random_std']:.3f} ({r['n_random']}) | {r['diff']:+.3f} ({r['diff_se']:.3f}) |" for r in pairs]
         md.append("")
-    write_strict_json(RESULTS / f"{args.grid}.json", out)
-    (RESULTS / f"{args.grid}.md").write_text("\n".join(md), encoding="utf-8")
+    write_strict_json(RESULTS / f"{stem}.json", out)
+    (RESULTS / f"{stem}.md").write_text("\n".join(md), encoding="utf-8")
     print("\n".join(md))
-    print(f"wrote {RESULTS / (args.grid + '.json')}, {RESULTS / (args.grid + '.md')} and {len(plots)} PNG(s)")
+    print(f"wrote {RESULTS / (stem + '.json')}, {RESULTS / (stem + '.md')} and {len(plots)} PNG(s)")
     return out
 
 
@@ -635,6 +636,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="search spaces: default (tuned, --configs of each), demo (one fixed configuration "
                         "per method, the raptor demo's recipe; no tuning stage) or demo-expert-lr (the same, "
                         "RAPTOR's expert lr / 8)")
+    p.add_argument("--summary-name", default=None,
+                   help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "
+                        "one grid summarised under two --space choices needs two names")
     p.add_argument("--results-dir", default=str(RESULTS), help="where <grid>.jsonl and the summaries go")
     p.add_argument("--seconds-per-cell", type=float, default=30.0, help="--plan's guess before any cell ran")
     mode = p.add_mutually_exclusive_group()

@@ -116,3 +116,6 @@ def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, mo
     out = json.loads((tmp_path / "res" / "t.json").read_text())
     assert out["space"] == "demo" and "no tuning" in out["selection"]
     assert all(r["n"] == 3 for r in out["summary"]) and len(out["summary"]) == 10
+    assert rg.main([*argv, "--summarize", "--summary-name", "t.other"]) == 0  # a second summary beside the first
+    assert (tmp_path / "res" / "t.other.json").exists() and (tmp_path / "res" / "t.json").exists()
+    assert len(list((tmp_path / "res").glob("t.other_sst2_*.png"))) == 2
