@@ -8,6 +8,7 @@ results.json (docs/DISTRIBUTED.md).
 from __future__ import annotations
 
 import argparse
+import os
 
 from raptor.errors import ConfigError
 
@@ -36,4 +37,6 @@ def communicator_from_args(args: argparse.Namespace):
         return init_communicator(None)
     check_supported(args)
     backend = args.dist_backend or ("nccl" if str(args.device).startswith("cuda") else "gloo")
-    return init_communicator(DistConfig(backend, args.dist_timeout), args.device)
+    # torchrun's launch protocol gives each process its GPU index on the node as LOCAL_RANK
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return init_communicator(DistConfig(backend, args.dist_timeout, local_rank), args.device)

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -71,16 +70,20 @@ class DistributedError(RaptorError):
 
 @dataclass(frozen=True)
 class DistConfig:
-    """How the process group is joined: backend ("gloo" on CPU, "nccl" on CUDA) and timeout."""
+    """How the process group is joined: backend ("gloo" on CPU, "nccl" on CUDA), timeout, and the
+    process's GPU index on its node (nccl; the CLI passes torchrun's LOCAL_RANK)."""
 
     backend: str = "gloo"
     timeout_s: float = 300.0
+    local_rank: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ConfigError(f"--dist-backend must be 'gloo' or 'nccl', got {self.backend!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
             raise ConfigError(f"--dist-timeout must be a number of seconds > 0, got {self.timeout_s!r}")
+        if isinstance(self.local_rank, bool) or not isinstance(self.local_rank, int) or self.local_rank < 0:
+            raise ConfigError(f"the local rank (torchrun's LOCAL_RANK) must be an integer >= 0, got {self.local_rank!r}")
 
 
 class Communicator:
@@ -276,8 +279,7 @@ def init_communicator(config: DistConfig | None, device: str | torch.device = "c
     (``init_method="env://"``: torchrun's rendezvous provides rank, world size and address) with
     ``config.backend`` and ``config.timeout_s`` and return a :class:`TorchCommunicator`.
 
-    With nccl, each process takes the GPU of its local rank (torchrun's ``LOCAL_RANK``, part of
-    its launch protocol like RANK and WORLD_SIZE)."""
+    With nccl, each process takes the GPU ``config.local_rank``."""
     if config is None:
         return SingleProcess()
     import torch.distributed as dist
@@ -288,11 +290,12 @@ def init_communicator(config: DistConfig | None, device: str | torch.device = "c
     if not dist.is_available():
         raise ConfigError("this torch build has no torch.distributed; drop --distributed")
     if not dist.is_initialized():
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            raise ConfigError("--distributed: no process group to join (RANK/WORLD_SIZE unset); launch with "
-                              "torchrun (README, 'Several processes, several nodes')")
         if config.backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=config.backend, init_method="env://",
-                                timeout=datetime.timedelta(seconds=config.timeout_s))
+            torch.cuda.set_device(config.local_rank)
+        try:  # env:// is torchrun's launch protocol (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), read by torch
+            dist.init_process_group(backend=config.backend, init_method="env://",
+                                    timeout=datetime.timedelta(seconds=config.timeout_s))
+        except ValueError as err:  # torch: "environment variable RANK expected, but not set"
+            raise ConfigError(f"--distributed: no process group to join ({err}); launch with "
+                              "torchrun (README, 'Several processes, several nodes')") from err
     return TorchCommunicator(config.timeout_s)
