@@ -440,18 +440,24 @@ def run(args, fx: Fixed) -> None:
         result, _ = train_cell(cell, fx)
         return result
 
+    def run_cells(cells: Sequence[Cell]) -> bool:
+        """Run ``cells`` one by one (each appended to the JSONL); False once --stop-at has passed."""
+        for c in cells:
+            if deadline is not None and time.time() > deadline:
+                bar.close()
+                print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
+                return False
+            bar.set_postfix_str(c.label()[:70])
+            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
+            bar.update(1)
+        return True
+
     for g in gs:
         tune = tune_cells(g, fx, args.tune_seeds)
         pending = [c for c in tune if c.key not in done]
         bar.update(len(tune) - len(pending))
-        for c in pending:
-            if deadline is not None and time.time() > deadline:
-                bar.close()
-                print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
-                return
-            bar.set_postfix_str(c.label()[:70])
-            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
-            bar.update(1)
+        if not run_cells(pending):
+            return
         records = all_records(args.grid)
         done = {r["key"] for r in records}
         best = selected(records, g, fx)
@@ -460,14 +466,8 @@ def run(args, fx: Fixed) -> None:
             continue
         final = final_cells(g, fx, best, args.seeds)
         bar.update(sum(c.key in done for c in final))
-        for c in (c for c in final if c.key not in done):
-            if deadline is not None and time.time() > deadline:
-                bar.close()
-                print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
-                return
-            bar.set_postfix_str(c.label()[:70])
-            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
-            bar.update(1)
+        if not run_cells([c for c in final if c.key not in done]):
+            return
         done = {r["key"] for r in all_records(args.grid)}
     bar.close()
 
