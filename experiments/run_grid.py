@@ -627,7 +627,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-init", choices=("random", "label-words"), default="label-words")
     p.add_argument("--micro-batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--shard", default="0/1", help="K/N: run the groups with index % N == K (own JSONL file)")
+    p.add_argument("--shard", default="0/1", help="K/N: run the groups with index %% N == K (own JSONL file)")
     p.add_argument("--stop-at", default=None, help="HH:MM UTC: start no new cell after this time")
     p.add_argument("--on-error", choices=("raise", "record"), default="record")
     p.add_argument("--configs", type=int, default=2, choices=(1, 2, 3, 4),
