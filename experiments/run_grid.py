@@ -78,10 +78,15 @@ DEMO_SPACES = {
 #: denominator n_hat_e = B pi_e (pi_e about 1/8 here) makes an expert's step about 8x the step a
 #: division by B gives; this undoes that scale on average (a RAPTOR knob, inside its budget of one)
 DEMO_EXPERT_LR_RAPTOR = ({"opt": "sgd", "lr": 2.0, "clip": 1.0, "shared_ratio": 0.9, "lr_expert": 0.25},)
+#: ``--space expert-lr``: the default spaces, except RAPTOR's expert stream at lr / 8 in each of its
+#: configurations (both shipped warm starts have E = 8 experts, so pi_e is about 1/8 and n_hat_e about
+#: B / 8: lr / 8 undoes the public denominator's scale-up of an expert's step on average). RAPTOR's
+#: budget stays the same number of configurations; the baselines' cells are the default space's.
+EXPERT_LR_RAPTOR_SPACE = tuple({**c, "lr_expert": c["lr"] / 8} for c in RAPTOR_SPACE)
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
-#: ``demo`` or ``demo-expert-lr``
+#: ``expert-lr``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "demo", "demo-expert-lr")
+SPACES = ("default", "expert-lr", "demo", "demo-expert-lr")
 
 
 def search_space(method: str) -> tuple[dict, ...]:
@@ -89,8 +94,19 @@ def search_space(method: str) -> tuple[dict, ...]:
         return DEMO_EXPERT_LR_RAPTOR
     if SPACE in ("demo", "demo-expert-lr"):
         return DEMO_SPACES["nonprivate" if method == "nonprivate" else "raptor" if method == "raptor" else "baseline"]
-    space = NONPRIVATE_SPACE if method == "nonprivate" else RAPTOR_SPACE if method == "raptor" else BASELINE_SPACE
+    raptor_space = EXPERT_LR_RAPTOR_SPACE if SPACE == "expert-lr" else RAPTOR_SPACE
+    space = NONPRIVATE_SPACE if method == "nonprivate" else raptor_space if method == "raptor" else BASELINE_SPACE
     return space[:CONFIGS]
+
+
+def in_space(record: Mapping, fx: Fixed) -> bool:
+    """Whether a record may take part in the active space's selection: every final cell, and the
+    tuning cells of the active space only (one grid file may hold the tuning cells of several
+    spaces; selecting among all of them would give a method more than its matched budget)."""
+    cell = record["cell"]
+    if cell.get("stage") != "tune":
+        return True
+    return any(dict(cell["hparams"]) == {**fx.hparams(), **h} for h in search_space(cell["method"]))
 
 
 def tuned(method: str) -> bool:
@@ -416,7 +432,7 @@ def selected(records: Sequence[Mapping], group, fx: Fixed) -> dict | None:
     fixed = fixed_choice(group, fx)
     if fixed is not None:
         return fixed
-    best = select_best([r for r in records if _group_of(r) == group])
+    best = select_best([r for r in records if _group_of(r) == group and in_space(r, fx)])
     return best.get(group)
 
 
@@ -511,7 +527,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
 
     stem = args.summary_name or args.grid
     records = all_records(args.grid)
-    best = select_best(records)
+    best = select_best([r for r in records if in_space(r, fx)])
     for r in records:  # untuned groups (one configuration): their one configuration
         fixed = fixed_choice(_group_of(r), fx)
         if fixed is not None:
@@ -530,7 +546,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         plots.append(str(plot_metric_vs_epsilon(summary, RESULTS / name, model=model, task=task)))
     tune_rows = {}
     for r in records:
-        if r["cell"].get("stage") == "tune":
+        if r["cell"].get("stage") == "tune" and in_space(r, fx):
             g = _group_of(r)
             tune_rows.setdefault(" / ".join(str(v) for v in g), []).append(
                 {"hparams": r["cell"]["hparams"], "seed": r["cell"]["seed"],
@@ -549,7 +565,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         "data_rule": {r["cell"]["task"]: r["result"]["data_rule"] for r in records if "data_rule" in r["result"]},
         "selection": ("no tuning: one fixed configuration per method (space " + SPACE + ", the raptor demo's "
                       "recipe, chosen earlier by looking at the demo's dev accuracy, one run each; README 'Demo')"
-                      if SPACE != "default" else "tuned on a selection split carved from the TRAINING data and declared public (GLUE public "
+                      if SPACE in ("demo", "demo-expert-lr") else "tuned on a selection split carved from the TRAINING data and declared public (GLUE public "
                       "convention, as raptor train's --public-size slice), never on the dev split; the final "
                       "cells rerun the selected configuration with fresh seeds and report dev"),
         "space": SPACE,
@@ -633,9 +649,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--configs", type=int, default=2, choices=(1, 2, 3, 4),
                    help="configurations per method (the same for every DP method): the first K of its space")
     p.add_argument("--space", choices=SPACES, default="default",
-                   help="search spaces: default (tuned, --configs of each), demo (one fixed configuration "
-                        "per method, the raptor demo's recipe; no tuning stage) or demo-expert-lr (the same, "
-                        "RAPTOR's expert lr / 8)")
+                   help="search spaces: default (tuned, --configs of each), expert-lr (the same, RAPTOR's "
+                        "expert stream at lr / 8 in each of its configurations; the other methods' cells are "
+                        "shared with default), demo (one fixed configuration per method, the raptor demo's "
+                        "recipe; no tuning stage) or demo-expert-lr (the same, RAPTOR's expert lr / 8)")
     p.add_argument("--summary-name", default=None,
                    help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "
                         "one grid summarised under two --space choices needs two names")

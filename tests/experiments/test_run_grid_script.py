@@ -119,3 +119,34 @@ def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, mo
     assert rg.main([*argv, "--summarize", "--summary-name", "t.other"]) == 0  # a second summary beside the first
     assert (tmp_path / "res" / "t.other.json").exists() and (tmp_path / "res" / "t.json").exists()
     assert len(list((tmp_path / "res").glob("t.other_sst2_*.png"))) == 2
+
+
+def test_expert_lr_space_shares_baseline_cells_and_selects_within_its_own_budget(rg, tmp_path, monkeypatch, capsys):
+    calls = []
+    fake = _fake(calls)
+
+    def train_cell(cell, fx, *, eval_split=None):  # the default space's raptor configs score higher
+        out, t = fake(cell, fx, eval_split=eval_split)
+        if "lr_expert" not in cell.params:
+            out["selection_metric" if cell.stage == "tune" else "metric"] += 0.2
+        return out, t
+
+    monkeypatch.setattr(rg, "train_cell", train_cell)
+    argv = _args(rg, tmp_path)
+    assert rg.main(argv) == 0
+    calls.clear()
+    assert rg.main([*argv, "--space", "expert-lr"]) == 0
+    assert calls and {c.method for c in calls} == {"raptor"}  # the baselines' cells are reused
+    assert all(c.params["lr_expert"] == pytest.approx(c.params["lr"] / 8) for c in calls)
+    tunes = [c for c in calls if c.stage == "tune"]
+    assert len(tunes) == 2 * 2 * rg.CONFIGS  # models x epsilons x its (matched) budget
+    assert rg.main([*argv, "--space", "expert-lr", "--summarize", "--summary-name", "t.xlr"]) == 0
+    xlr = json.loads((tmp_path / "res" / "t.xlr.json").read_text())
+    raptor = {g: h for g, h in xlr["selected"].items() if "/ raptor /" in g}
+    assert raptor and all("lr_expert" in h for h in raptor.values())  # never the other space's better cells
+    raptor_tuning = {g: rows for g, rows in xlr["tuning_runs"].items() if "/ raptor /" in g}
+    assert raptor_tuning and all(len(rows) == rg.CONFIGS for rows in raptor_tuning.values())
+    assert rg.main([*argv, "--summarize"]) == 0
+    default = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert all("lr_expert" not in h for g, h in default["selected"].items() if "/ raptor /" in g)
+    capsys.readouterr()
