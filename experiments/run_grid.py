@@ -27,7 +27,6 @@ Cells are seeded (reproducible, NOT secure randomness): this is an experiment, n
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
 from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
 from raptor.training.config import METHODS
@@ -158,7 +158,7 @@ def model_label(kind: str, model_dir: str) -> str:
     """``<dir name>@<sha of its weights>`` (warm) or ``random(<same>)``: a stable key part."""
     path = Path(model_dir)
     weights = path / "model.safetensors"
-    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8] if weights.exists() else "noweights"
+    digest = sha256_file(weights)[:8] if weights.exists() else "noweights"
     base = f"{path.name}@{digest}"
     if kind == "warm":
         return base
