@@ -119,3 +119,27 @@ def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, mo
     assert rg.main([*argv, "--summarize", "--summary-name", "t.other"]) == 0  # a second summary beside the first
     assert (tmp_path / "res" / "t.other.json").exists() and (tmp_path / "res" / "t.json").exists()
     assert len(list((tmp_path / "res").glob("t.other_sst2_*.png"))) == 2
+
+
+def test_help_exits_zero_and_describes_the_whole_first_sentence(rg, capsys):
+    """--help formats every help string (a bare % once made argparse crash) and the description is the
+    docstring's whole first paragraph, not its first line cut mid-sentence."""
+    with pytest.raises(SystemExit) as stop:
+        rg.parse_args(["--help"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "from a warm start or random init, with a matched tuning budget; resumable" in out
+    assert "index % N == K" in out
+
+
+def test_plan_names_the_tuning_stage_only_where_one_runs(rg, tmp_path, capsys):
+    argv = _args(rg, tmp_path)
+    assert rg.main([*argv, "--space", "demo", "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "no tuning stage" in out and "tune seed" not in out and "configurations per DP method" not in out
+    assert "30 cells (one fixed configuration per method, no tuning stage; 3 final seed(s) per group)" in out
+    assert rg.main([*argv, "--plan"]) == 0
+    out = capsys.readouterr().out
+    k = rg.check_matched_budget(rg.METHODS)
+    assert f"{k} configurations per DP method x 1 tune seed(s) in 10 tuned group(s), + 3 final seed(s)" in out
+    assert "no tuning stage" not in out
