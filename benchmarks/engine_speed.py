@@ -564,14 +564,22 @@ def report_table(results: Sequence[dict]) -> str:
     return _common.format_table(rows, cols)
 
 
+GIT_TIMEOUT_S = 10.0
+
+
 def _engine_revision() -> dict:
-    """The commit and whether the engine's sources differ from it (the benchmark measures the working tree)."""
+    """The commit and whether the engine's sources differ from it (the benchmark measures the working tree).
+    Both are None where git is missing, hangs past ``GIT_TIMEOUT_S`` or the tree is not a repository."""
     import subprocess
 
     root = _HERE.parent
 
     def git(*args: str) -> str | None:
-        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False,
+                                  timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):
+            return None
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     import hashlib

@@ -27,7 +27,6 @@ Cells are seeded (reproducible, NOT secure randomness): this is an experiment, n
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
 from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
 from raptor.training.config import METHODS
@@ -174,7 +174,7 @@ def model_label(kind: str, model_dir: str) -> str:
     """``<dir name>@<sha of its weights>`` (warm) or ``random(<same>)``: a stable key part."""
     path = Path(model_dir)
     weights = path / "model.safetensors"
-    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:8] if weights.exists() else "noweights"
+    digest = sha256_file(weights)[:8] if weights.exists() else "noweights"
     base = f"{path.name}@{digest}"
     if kind == "warm":
         return base
@@ -497,6 +497,21 @@ def _deadline(text: str) -> float:
     return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
 
 
+def stages_line(args, gs: Sequence[tuple]) -> str:
+    """What the cells of --plan's count are: tune cells only where a group is tuned (more than one
+    configuration), then the final seeds of every group."""
+    n_tuned = sum(tuned(g[2]) for g in gs)
+    finals = f"{len(args.seeds)} final seed(s) per group"
+    if n_tuned == 0:
+        return f"one fixed configuration per method, no tuning stage; {finals}"
+    k = check_matched_budget(args.methods)
+    line = (f"{k} configurations per DP method x {len(args.tune_seeds)} tune seed(s) in {n_tuned} tuned group(s), "
+            f"+ {finals}")
+    if n_tuned < len(gs):
+        line += f"; {len(gs) - n_tuned} group(s) with one fixed configuration run no tuning stage"
+    return line
+
+
 def plan(args, fx: Fixed) -> None:
     gs = groups(args, fx)
     records = all_records(args.grid)
@@ -512,10 +527,8 @@ def plan(args, fx: Fixed) -> None:
     walls = [r["wall_seconds"] for r in records if r.get("wall_seconds")]
     per_cell = sum(walls) / len(walls) if walls else args.seconds_per_cell
     left = total - finished
-    k = check_matched_budget(args.methods)
     print(f"grid {args.grid}: {len(gs)} (model, task, method, epsilon) groups; {total} cells "
-          f"({k} configurations per DP method x {len(args.tune_seeds)} tune seed(s), + {len(args.seeds)} final seeds); "
-          f"{finished} done, {left} to run")
+          f"({stages_line(args, gs)}); {finished} done, {left} to run")
     print(f"ETA: {left} x {per_cell:.0f} s = {left * per_cell / 3600:.2f} h on one process "
           f"({'measured mean' if walls else 'guess, --seconds-per-cell'}); / {args.shard[1]} with --shard K/{args.shard[1]}")
 
@@ -623,7 +636,7 @@ def _slug(text: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])  # the whole first paragraph
     p.add_argument("--grid", default="sst2_switch", help="name: experiments/results/<grid>.jsonl/.json/.md")
     p.add_argument("--model-dir", required=True, help="the warm start: a save_pretrained directory with its tokenizer")
     p.add_argument("--models", nargs="+", default=["warm"], choices=("warm", "random"))

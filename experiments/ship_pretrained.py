@@ -24,7 +24,6 @@ model"); ``tests/test_shipped.py`` checks that the README quotes the shipped fil
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from raptor._hashing import sha256_file  # noqa: E402
 from raptor.pretrain.corpus import read_paragraphs, split_held_out  # noqa: E402
 from raptor.shipped import PUBLIC_CORPUS_FILE, shipped_dir  # noqa: E402
 
@@ -57,14 +57,6 @@ LICENCES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_shippable(report: dict) -> None:
     names = [f["name"] for f in report["files"]]
     bad = [n for n in names if n not in LICENCES]
@@ -79,7 +71,7 @@ def public_corpus_lines(report: dict, text_dir: Path, *, per_file: int, max_word
     lines: list[str] = []
     for entry in report["files"]:
         path = text_dir / entry["name"]
-        if sha256(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise SystemExit(f"{path}: sha256 differs from the one in pretrain.json; give the run's --text")
         (corpus,) = read_paragraphs([path])
         _, held = split_held_out(corpus.paragraphs, every=every)
@@ -131,7 +123,7 @@ def ship(run_dir: Path, name: str, text_dir: Path, *, per_file: int, max_words: 
     (target / PUBLIC_CORPUS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
     (target / "ATTRIBUTION.md").write_text(attribution(report, name, len(lines)), encoding="utf-8")
     files = sorted(p for p in target.iterdir() if p.name != "SHA256SUMS")
-    (target / "SHA256SUMS").write_text("".join(f"{sha256(p)}  {p.name}\n" for p in files))
+    (target / "SHA256SUMS").write_text("".join(f"{sha256_file(p)}  {p.name}\n" for p in files))
     return target
 
 
@@ -148,7 +140,7 @@ def main() -> int:
     total = sum(p.stat().st_size for p in target.iterdir())
     print(f"shipped {args.run_dir} as {args.name} in {target} ({total / 2**20:.2f} MiB)")
     print((target / "SHA256SUMS").read_text(), end="")
-    print(f"model.safetensors sha256: {sha256(target / 'model.safetensors')}")
+    print(f"model.safetensors sha256: {sha256_file(target / 'model.safetensors')}")
     return 0
 
 

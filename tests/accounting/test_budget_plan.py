@@ -207,3 +207,51 @@ def test_search_reports_both_infeasible_ends():
     with pytest.raises(_TooLoose) as loose:
         _search(lambda m: 1.0 / m, 100.0, 1.0, 4.0, 1e-3, None)
     assert loose.value.m == SIGMA_MIN
+
+
+def test_the_warm_start_quiets_only_its_own_threads_rdp_warnings(monkeypatch):
+    """The RDP warm start drops dp_accounting's "failed to converge" warnings of the calibrating
+    thread; another thread's, logged meanwhile, are kept, and the absl logger's filters are restored."""
+    import logging
+    import threading
+
+    import raptor.accounting.planning as planning
+
+    logger = logging.getLogger("absl")
+    messages: list[str] = []
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    inside, other_logged = threading.Barrier(2, timeout=60), threading.Barrier(2, timeout=60)
+    real_search, calls = planning._search, []
+
+    def search(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the RDP warm start, inside the quiet block
+            inside.wait()
+            other_logged.wait()
+            logger.warning("order 1.5 failed to converge (calibrating thread)")
+        return real_search(*args, **kwargs)
+
+    def other():
+        inside.wait()
+        logger.warning("order 1.5 failed to converge (other thread)")
+        other_logged.wait()
+
+    handler, level, before = Record(), logger.level, list(logger.filters)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    monkeypatch.setattr(planning, "_search", search)
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        plan_budget(dataset_size=1000, batch_size=50, steps=20, epsilon=2.0)
+    finally:
+        thread.join(timeout=60)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert "order 1.5 failed to converge (other thread)" in messages
+    assert "order 1.5 failed to converge (calibrating thread)" not in messages
+    assert logger.filters == before

@@ -123,3 +123,32 @@ def test_update_speed_quick_writes_every_method_with_phases(tmp_path):
         assert math.isclose(sum(v for k, v in p.items() if k != "total"), p["total"], rel_tol=1e-6)
         assert r["peak_update_tensor_bytes"] > 0 and r["evaluate_s"] > 0
         assert r["setup_s"]["public_routing"] > 0
+
+
+def test_engine_revision_is_bounded_and_null_without_git(bench, monkeypatch, tmp_path):
+    import subprocess
+
+    real_run, seen = subprocess.run, []
+
+    def bounded(cmd, *args, **kwargs):
+        seen.append(kwargs.get("timeout"))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", bounded)
+    rev = bench._engine_revision()
+    assert seen and all(t is not None and t > 0 for t in seen), "a git call without a timeout"
+    assert set(rev) == {"commit", "engine_sources_modified", "per_sample_sha256"}
+
+    for error in (FileNotFoundError("git"), subprocess.TimeoutExpired("git", 10)):
+        def failing(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(subprocess, "run", failing)
+        rev = bench._engine_revision()
+        assert rev["commit"] is None and rev["engine_sources_modified"] is None
+
+    monkeypatch.setattr(subprocess, "run", real_run)
+    (tmp_path / "benchmarks").mkdir()  # a copy outside any repository: git exits non-zero
+    monkeypatch.setattr(bench, "_HERE", tmp_path / "benchmarks")
+    rev = bench._engine_revision()
+    assert rev["commit"] is None and rev["engine_sources_modified"] is None

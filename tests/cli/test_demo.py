@@ -4,8 +4,6 @@ tiny budget; its public data, its outputs, no file outside the package, no globa
 from __future__ import annotations
 
 import argparse
-import builtins
-import io
 import json
 from pathlib import Path
 
@@ -33,27 +31,11 @@ def short_args(out, *extra: str) -> argparse.Namespace:
 
 
 @pytest.fixture(scope="module")
-def short_run(tmp_path_factory):
+def short_run(tmp_path_factory, record_opens):
     out = tmp_path_factory.mktemp("demo")
-    opened: list[str] = []
-    real_open, real_io_open = builtins.open, io.open
-
-    def spy(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_open(file, *args, **kwargs)
-
-    def spy_io(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_io_open(file, *args, **kwargs)
-
     rng_before = torch.random.get_rng_state()
-    mp = pytest.MonkeyPatch()
-    mp.setattr(builtins, "open", spy)
-    mp.setattr(io, "open", spy_io)
-    try:
+    with record_opens() as opened:
         assert demo.run(short_args(out)) == 0
-    finally:
-        mp.undo()
     untouched = torch.equal(rng_before, torch.random.get_rng_state())
     return out, json.loads((out / "results.json").read_text()), untouched, opened
 

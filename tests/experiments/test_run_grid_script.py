@@ -150,3 +150,27 @@ def test_expert_lr_space_shares_baseline_cells_and_selects_within_its_own_budget
     default = json.loads((tmp_path / "res" / "t.json").read_text())
     assert all("lr_expert" not in h for g, h in default["selected"].items() if "/ raptor /" in g)
     capsys.readouterr()
+
+
+def test_help_exits_zero_and_describes_the_whole_first_sentence(rg, capsys):
+    """--help formats every help string (a bare % once made argparse crash) and the description is the
+    docstring's whole first paragraph, not its first line cut mid-sentence."""
+    with pytest.raises(SystemExit) as stop:
+        rg.parse_args(["--help"])
+    assert stop.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "from a warm start or random init, with a matched tuning budget; resumable" in out
+    assert "index % N == K" in out
+
+
+def test_plan_names_the_tuning_stage_only_where_one_runs(rg, tmp_path, capsys):
+    argv = _args(rg, tmp_path)
+    assert rg.main([*argv, "--space", "demo", "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "no tuning stage" in out and "tune seed" not in out and "configurations per DP method" not in out
+    assert "30 cells (one fixed configuration per method, no tuning stage; 3 final seed(s) per group)" in out
+    assert rg.main([*argv, "--plan"]) == 0
+    out = capsys.readouterr().out
+    k = rg.check_matched_budget(rg.METHODS)
+    assert f"{k} configurations per DP method x 1 tune seed(s) in 10 tuned group(s), + 3 final seed(s)" in out
+    assert "no tuning stage" not in out

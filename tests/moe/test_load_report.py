@@ -4,10 +4,14 @@ UNEXPECTED / MISSING load report is replaced by one raptor line, for that call o
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+
+import pytest
 
 from raptor.shipped import shipped_dir
 
@@ -52,3 +56,88 @@ def test_a_checkpoint_of_the_same_head_class_keeps_the_hf_report(tmp_path):
     during, _ = _load(str(model))
     assert "LOAD REPORT" in during and "MISSING" in during
     assert not any(line.startswith("raptor:") for line in during.splitlines())
+
+
+@pytest.fixture()
+def report_log():
+    """(logger, messages): the load-report logger at WARNING, with a handler that records what passes."""
+    from raptor.moe.models import HF_LOAD_REPORT_LOGGER
+
+    logger = logging.getLogger(HF_LOAD_REPORT_LOGGER)
+    messages: list[str] = []
+    lock = threading.Lock()
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            with lock:
+                messages.append(record.getMessage())
+
+    handler, level, before = Record(), logger.level, list(logger.filters)
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    yield logger, messages
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+    assert logger.filters == before, "the report filter leaked"
+
+
+def test_the_quiet_call_drops_only_its_own_threads_report(report_log):
+    """Thread A quiets its load; thread B's report, logged while A is inside, is kept."""
+    from raptor.moe.models import _without_load_report
+
+    logger, messages = report_log
+    inside, b_logged = threading.Barrier(2, timeout=30), threading.Barrier(2, timeout=30)
+
+    def a():
+        with _without_load_report():
+            inside.wait()
+            b_logged.wait()
+            logger.warning("LOAD REPORT from A")
+            logger.warning("another record from A")
+
+    def b():
+        inside.wait()
+        logger.warning("LOAD REPORT from B")
+        b_logged.wait()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(messages) == ["LOAD REPORT from B", "another record from A"]
+
+
+def test_concurrent_quiet_calls_neither_leak_nor_lose_reports(report_log):
+    """Threads entering and leaving the quiet block at once: every report logged inside a block is
+    dropped, every one logged outside is kept, and the filter is gone at the end (the fixture)."""
+    from raptor.moe.models import _without_load_report
+
+    logger, messages = report_log
+    n_threads, rounds = 4, 200
+    start = threading.Barrier(n_threads, timeout=30)
+
+    def work(i):
+        start.wait()
+        for r in range(rounds):
+            with _without_load_report():
+                logger.warning(f"LOAD REPORT inside {i}/{r}")
+                with _without_load_report():  # nested: still quiet, and quiet again after the inner block
+                    pass
+                logger.warning(f"LOAD REPORT inside after nesting {i}/{r}")
+            logger.warning(f"LOAD REPORT outside {i}/{r}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so that the blocks really interleave
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads)
+    assert not [m for m in messages if "inside" in m]
+    assert len(messages) == n_threads * rounds and all("outside" in m for m in messages)

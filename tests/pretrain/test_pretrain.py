@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
-import io
 import json
 import math
 from pathlib import Path
@@ -44,24 +42,11 @@ def _config(tmp_path: Path, family: str = "switch_transformers", **kw) -> Pretra
     return PretrainConfig(**base)
 
 
-def test_pretraining_opens_no_private_file_and_private_text_never_reaches_the_tokenizer(tmp_path, monkeypatch):
+def test_pretraining_opens_no_private_file_and_private_text_never_reaches_the_tokenizer(tmp_path, record_opens):
     private = tmp_path / "private_train.csv"
     private.write_text(f"sentence,label\n{SECRET} is a private record,1\n")
-    opened: list[str] = []
-    real_open, real_io_open = builtins.open, io.open
-
-    def spy(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_open(file, *args, **kwargs)
-
-    def spy_io(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_io_open(file, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "open", spy)
-    monkeypatch.setattr(io, "open", spy_io)
-    result = pretrain(_config(tmp_path), progress=False)
-    monkeypatch.undo()
+    with record_opens() as opened:
+        result = pretrain(_config(tmp_path), progress=False)
     assert opened, "the spy saw no file at all: it would not catch a private read"
     assert not any(Path(p).name == private.name for p in opened)
     vocab = json.loads((result.output_dir / "tokenizer.json").read_text())["model"]["vocab"]

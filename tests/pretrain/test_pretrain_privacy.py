@@ -4,8 +4,6 @@ token blocks the model trains on."""
 
 from __future__ import annotations
 
-import builtins
-import io
 from pathlib import Path
 
 import raptor.data.tokenization as tokenization
@@ -18,23 +16,14 @@ PUBLIC = ["the cat sat on the mat and the dog ran away quickly today",
 SECRET = "zqxjvwsecretword"
 
 
-def test_pretrain_cli_reads_no_private_file_and_trains_on_public_text_only(tmp_path, monkeypatch):
+def test_pretrain_cli_reads_no_private_file_and_trains_on_public_text_only(tmp_path, monkeypatch, record_opens):
     text = tmp_path / "text"
     text.mkdir()
     (text / "public.txt").write_text("\n".join(PUBLIC * 20) + "\n")
     (text / "private_train.txt").write_text(f"{SECRET} is a private record\n" * 20)  # excluded by name
     (text / "private.csv").write_text(f"sentence,label\n{SECRET} private,1\n")  # not a *.txt: never listed
-    opened, trainer_texts, block_texts = [], [], []
-    real_open, real_io_open = builtins.open, io.open
+    trainer_texts, block_texts = [], []
     real_train, real_pack = tokenization.train_wordpiece, pretrain_run.pack_blocks
-
-    def spy(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_open(file, *args, **kwargs)
-
-    def spy_io(file, *args, **kwargs):
-        opened.append(str(file))
-        return real_io_open(file, *args, **kwargs)
 
     def spy_train(texts, *args, **kwargs):
         texts = list(texts)
@@ -45,15 +34,14 @@ def test_pretrain_cli_reads_no_private_file_and_trains_on_public_text_only(tmp_p
         block_texts.extend(paragraphs)
         return real_pack(tokenizer, paragraphs, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", spy)
-    monkeypatch.setattr(io, "open", spy_io)
     monkeypatch.setattr(tokenization, "train_wordpiece", spy_train)
     monkeypatch.setattr(pretrain_run, "pack_blocks", spy_pack)
-    rc = main(["pretrain", "--text", str(text), "--exclude", "private", "--output-dir", str(tmp_path / "out"),
-               "--vocab-size", "120", "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2",
-               "--num-experts", "4", "--expert-intermediate", "16", "--block-length", "16", "--batch-size", "4",
-               "--steps", "2", "--warmup-steps", "1", "--eval-every", "2", "--eval-blocks", "4",
-               "--checkpoint-every", "2", "--held-out-every", "3", "--stats-records", "8", "--no-progress"])
+    with record_opens() as opened:
+        rc = main(["pretrain", "--text", str(text), "--exclude", "private", "--output-dir", str(tmp_path / "out"),
+                   "--vocab-size", "120", "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2",
+                   "--num-experts", "4", "--expert-intermediate", "16", "--block-length", "16", "--batch-size", "4",
+                   "--steps", "2", "--warmup-steps", "1", "--eval-every", "2", "--eval-blocks", "4",
+                   "--checkpoint-every", "2", "--held-out-every", "3", "--stats-records", "8", "--no-progress"])
     monkeypatch.undo()
     assert rc == 0
     assert opened and trainer_texts and block_texts, "the spies saw nothing: they would not catch a private read"

@@ -50,6 +50,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from raptor._quiet_log import ScopedDrop
 from raptor.accounting.accountants import (
     COARSE_DISCRETIZATION_INTERVAL,
     VALUE_DISCRETIZATION_INTERVAL,
@@ -207,15 +208,15 @@ def _sigmas(m: float, streams: tuple[str, ...], shared_ratio: float, num_layers:
     return None, m * math.sqrt(num_layers)
 
 
-class _QuietRdpOrders(logging.Filter):
-    """Drops dp_accounting's "excluding this order" warnings while RDP only provides a warm start.
+def _is_rdp_order_warning(record: logging.LogRecord) -> bool:
+    return "failed to converge" in record.getMessage()
 
-    At small noise some fractional RDP orders do not converge and are left out of the minimum;
-    the RDP bound stays valid, and here it only seeds the PLD search, so the warning is noise.
-    """
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "failed to converge" not in record.getMessage()
+#: Drops dp_accounting's "excluding this order" warnings while RDP only provides a warm start, in
+#: the calibrating thread only (another thread's accounting keeps its warnings).
+#: At small noise some fractional RDP orders do not converge and are left out of the minimum;
+#: the RDP bound stays valid, and here it only seeds the PLD search, so the warning is noise.
+_quiet_rdp_orders = ScopedDrop("absl", _is_rdp_order_warning)
 
 
 class _TooTight(Exception):
@@ -365,14 +366,11 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
             # warm start only (no bound is taken from it): add/remove RDP is a little looser than the
             # PLD answer for add/remove and close to it for replace-one (whose own RDP route is ~2x loose)
             rdp_f = make_f(VALUE_DISCRETIZATION_INTERVAL, "rdp", "add-remove")
-            quiet = _QuietRdpOrders()
-            logging.getLogger("absl").addFilter(quiet)
-            try:
-                m_rdp, _ = _search(rdp_f, target, 1.0, 2.0, WARM_START_RTOL, None)
-            except (_TooTight, _TooLoose) as edge:  # let the primary accountant decide feasibility
-                m_rdp = edge.m
-            finally:
-                logging.getLogger("absl").removeFilter(quiet)
+            with _quiet_rdp_orders():
+                try:
+                    m_rdp, _ = _search(rdp_f, target, 1.0, 2.0, WARM_START_RTOL, None)
+                except (_TooTight, _TooLoose) as edge:  # let the primary accountant decide feasibility
+                    m_rdp = edge.m
             try:
                 m, _ = _search(make_f(COARSE_DISCRETIZATION_INTERVAL), target, m_rdp, 1.1, COARSE_RTOL, None)
             except _TooTight as tight:  # the coarse grid is loose at tiny epsilon: let the fine grid decide

@@ -158,7 +158,7 @@ def read_text_inputs(args, generator: torch.Generator) -> GenerateInputs:
     from raptor.data.tokenization import train_wordpiece
     from raptor.moe.causal import CAUSAL_CLASSES, build_causal_lm, load_causal_lm
     from raptor.moe.models import TinySize
-    from raptor.training.final_model import base_weights
+    from raptor.training.run_start import base_weights
 
     fields = dict(prompt_field=args.prompt_field, answer_field=args.answer_field)
     read = lambda f: read_qa_jsonl(f, **fields)  # noqa: E731
@@ -231,16 +231,18 @@ def _load_tokenizer(path):
 def run_generate(args: argparse.Namespace) -> int:
     """check -> data -> model -> (resume) -> train (checkpoints from step 0) -> final model and results,
     through the seams of ``raptor train`` (:func:`raptor.cli.train.check_before_training`,
-    :func:`raptor.training.final_model.start_run` / ``continue_run`` / ``save_final_model``)."""
+    :func:`raptor.training.run_start.start_run` / ``continue_run``,
+    :func:`raptor.training.final_model.save_final_model`)."""
     from raptor.cli.train import check_before_training, nonfinite_warning, settings_line, write_results
     from raptor.errors import BudgetExceededError
     from raptor.mechanisms import GeneratorSpec
     from raptor.moe.vl2.config import MODEL_TYPE
     from raptor.training.build import build_trainer
     from raptor.training.config import with_batch_size
-    from raptor.training.final_model import continue_run, save_final_model, start_run
+    from raptor.training.final_model import save_final_model
     from raptor.training.generate import GenerativeObjective, evaluate_generation
     from raptor.training.run_checks import fingerprint
+    from raptor.training.run_start import continue_run, start_run
 
     if not args.train_file:
         raise ConfigError("--objective generate needs --train-file (JSONL: prompt/answer, or image/question/answer)")

@@ -29,6 +29,7 @@ import transformers
 from torch import nn
 from transformers import CONFIG_MAPPING, PretrainedConfig
 
+from raptor._quiet_log import ScopedDrop
 from raptor.errors import ConfigError, UnsupportedModelError
 from raptor.moe.adapters import TinySize, get_adapter, supported_model_types
 from raptor.moe.heads import OlmoeForSequenceClassification, SwitchForSequenceClassification
@@ -213,23 +214,14 @@ def _checkpoint_architectures(path: Path | None, name) -> list[str]:
     return list(found or ())
 
 
-class _DropLoadReport(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "LOAD REPORT" not in record.getMessage()
+def _is_load_report(record: logging.LogRecord) -> bool:
+    return "LOAD REPORT" in record.getMessage()
 
 
-@contextlib.contextmanager
-def _without_load_report():
-    """Drop transformers' load report for one ``from_pretrained`` call, and only it: a filter on the
-    one logger that writes it, matching the report only, removed on exit (every other record, and
-    every later report, is logged as before)."""
-    logger = logging.getLogger(HF_LOAD_REPORT_LOGGER)
-    drop = _DropLoadReport()
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
+#: ``with _without_load_report(): from_pretrained(...)`` drops transformers' load report for that
+#: call, and only it: the report record only, on the one logger that writes it, logged by the calling
+#: thread inside the block (a load in another thread keeps its report; every later report is logged).
+_without_load_report = ScopedDrop(HF_LOAD_REPORT_LOGGER, _is_load_report)
 
 
 def new_head_line(name, architecture: str, head_class: str, missing, unexpected, *, shown: int = 6) -> str:

@@ -30,7 +30,6 @@ only, the public slice of each task's training split, chosen by position with th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import platform
@@ -41,6 +40,7 @@ from pathlib import Path
 import torch
 
 from raptor import __version__
+from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
 from raptor.mechanisms import seeded_generator
 from raptor.moe.models import FAMILIES, TinySize, tiny_config
@@ -128,14 +128,6 @@ class PretrainResult:
 # --------------------------------------------------------------------------------------------
 # Pieces
 # --------------------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def make_tokenizer(config: PretrainConfig, train_paragraphs: list[str]):
@@ -390,7 +382,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
         "privacy": ("public text only; load-balancing and z-losses on (public data, batch coupling costs "
                     "nothing); router jitter and dropout off"),
         "files": [{"name": cf.path.name, "paragraphs": len(cf.paragraphs), "words": cf.words,
-                   "sha256": _sha256(cf.path)} for cf in corpus],
+                   "sha256": sha256_file(cf.path)} for cf in corpus],
         "tokenizer": {"given": config.tokenizer, "size": len(tokenizer)},
         "train_blocks": int(train_NT.shape[0]),
         "train_tokens_per_epoch": int(train_NT.numel()),

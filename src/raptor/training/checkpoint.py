@@ -30,7 +30,6 @@ and ``results.json``, which hold no generator state.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -43,6 +42,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from raptor._hashing import sha256_file
 from raptor.errors import CheckpointError, ConfigError
 
 FORMAT = "raptor-checkpoint/2"
@@ -63,14 +63,6 @@ def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """{name: detached contiguous copy} of every entry of the state dict (tied weights under each name)."""
     return {n: t.detach().contiguous().clone() for n, t in model.state_dict().items()}
-
-
-def _sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with file.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_file(file: Path) -> None:
@@ -124,7 +116,7 @@ def save_checkpoint(
     digests = {}
     for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync_file(file)
-        digests[file.relative_to(tmp).as_posix()] = _sha256(file)
+        digests[file.relative_to(tmp).as_posix()] = sha256_file(file)
     state = {"format": FORMAT, "step": int(step), "ledger": ledger, "config": config, "weights": weights,
              "secure_rng": bool(secure_rng), "rng_saved": bool(save_rng), "extra": extra or {},
              "fingerprint": fingerprint or {}, "files": digests}
@@ -200,7 +192,7 @@ def verify_files(path: str | Path, state: dict) -> None:
         file = path / name
         if not file.is_file():
             raise CheckpointError(f"{file}: missing from the checkpoint; {_RESUME_HINT}")
-        if _sha256(file) != digest:
+        if sha256_file(file) != digest:
             raise CheckpointError(f"{file}: corrupt or truncated (its SHA-256 differs from the one recorded in "
                                   f"{path / STATE}); {_RESUME_HINT}")
 

@@ -111,8 +111,8 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     config = with_batch_size(config, len(split.private))  # None: N/10, as raptor train
     if config.batch_size >= len(split.private):
         raise ConfigError(f"--batch-size {config.batch_size} must be below the {len(split.private)} private records")
-    from raptor.training.final_model import base_weights, continue_run, start_run
     from raptor.training.run_checks import fingerprint
+    from raptor.training.run_start import base_weights, continue_run, start_run
 
     fp = fingerprint(config.to_dict(), model=model_name or type(model).__name__, train=split.private,
                      public=split.public, validation=devs, label_names=private.label_names,

@@ -23,6 +23,7 @@ import os
 import re
 from pathlib import Path
 
+from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
 
 #: files whose presence in a directory means it holds a raptor run
@@ -136,14 +137,6 @@ def check_model_name(name: str, families, shipped=()) -> None:
         raise ConfigError(f"--model {name}: {why}. Families (random init): {', '.join(families)}{ship}")
 
 
-def _file_digest(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _digest(data) -> str | None:
     """SHA-256 of a record set: a :class:`~raptor.data.ClassificationData` (texts, second texts,
     labels, label names), a :class:`~raptor.data.qa.QAData` (prompts, answers) or a
@@ -153,7 +146,7 @@ def _digest(data) -> str | None:
     import json
 
     if hasattr(data, "images"):  # VQA: an image edited in place is different data
-        payload = ["vqa", [_file_digest(p) for p in data.images], list(data.questions), list(data.answers)]
+        payload = ["vqa", [sha256_file(p) for p in data.images], list(data.questions), list(data.answers)]
     elif hasattr(data, "prompts"):
         payload = ["qa", list(data.prompts), list(data.answers)]
     else:

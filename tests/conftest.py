@@ -1,0 +1,42 @@
+"""Fixtures shared by test packages: the open-spy that proves a run reads no private or ../shared file."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+@contextlib.contextmanager
+def _recording_opens() -> Iterator[list[str]]:
+    """Patch ``builtins.open`` and ``io.open`` (``Path.open``/``read_text`` go through the latter) so
+    each call records ``str(file)``; yields the list, restores both on exit."""
+    opened: list[str] = []
+    real_open, real_io_open = builtins.open, io.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def spy_io(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_io_open(file, *args, **kwargs)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(builtins, "open", spy)
+    mp.setattr(io, "open", spy_io)
+    try:
+        yield opened
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="session")
+def record_opens() -> Callable[[], contextlib.AbstractContextManager[list[str]]]:
+    """``with record_opens() as opened: ...`` -- ``opened`` lists every path opened inside the block.
+
+    Session-scoped (it holds no state), so module-scoped fixtures may use it too."""
+    return _recording_opens
