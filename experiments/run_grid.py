@@ -83,10 +83,18 @@ DEMO_EXPERT_LR_RAPTOR = ({"opt": "sgd", "lr": 2.0, "clip": 1.0, "shared_ratio": 
 #: B / 8: lr / 8 undoes the public denominator's scale-up of an expert's step on average). RAPTOR's
 #: budget stays the same number of configurations; the baselines' cells are the default space's.
 EXPERT_LR_RAPTOR_SPACE = tuple({**c, "lr_expert": c["lr"] / 8} for c in RAPTOR_SPACE)
+#: ``--space shared-ratio-0.9``: the default spaces, except RAPTOR's shared ratio r = 0.9 instead of 0.3
+#: in each of its configurations (the shared stream then gets 90% of the inverse noise variance,
+#: sigma_s = sigma_eff / sqrt(0.9), near DP-SGD's sigma, instead of sigma_eff / sqrt(0.3)); the same
+#: budget; the baselines' cells are the default space's.
+SHARED_RATIO_RAPTOR_SPACE = tuple({**c, "shared_ratio": 0.9} for c in RAPTOR_SPACE if c["shared_ratio"] == 0.3)
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
-#: ``expert-lr``, ``demo`` or ``demo-expert-lr``
+#: ``expert-lr``, ``shared-ratio-0.9``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "expert-lr", "demo", "demo-expert-lr")
+SPACES = ("default", "expert-lr", "shared-ratio-0.9", "demo", "demo-expert-lr")
+#: RAPTOR's space under each tuned ``--space``
+RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
+                 "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE}
 
 
 def search_space(method: str) -> tuple[dict, ...]:
@@ -94,8 +102,7 @@ def search_space(method: str) -> tuple[dict, ...]:
         return DEMO_EXPERT_LR_RAPTOR
     if SPACE in ("demo", "demo-expert-lr"):
         return DEMO_SPACES["nonprivate" if method == "nonprivate" else "raptor" if method == "raptor" else "baseline"]
-    raptor_space = EXPERT_LR_RAPTOR_SPACE if SPACE == "expert-lr" else RAPTOR_SPACE
-    space = NONPRIVATE_SPACE if method == "nonprivate" else raptor_space if method == "raptor" else BASELINE_SPACE
+    space = NONPRIVATE_SPACE if method == "nonprivate" else RAPTOR_SPACES[SPACE] if method == "raptor" else BASELINE_SPACE
     return space[:CONFIGS]
 
 
@@ -664,7 +671,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--space", choices=SPACES, default="default",
                    help="search spaces: default (tuned, --configs of each), expert-lr (the same, RAPTOR's "
                         "expert stream at lr / 8 in each of its configurations; the other methods' cells are "
-                        "shared with default), demo (one fixed configuration per method, the raptor demo's "
+                        "shared with default), shared-ratio-0.9 (the same, RAPTOR's shared ratio 0.9 instead "
+                        "of 0.3), demo (one fixed configuration per method, the raptor demo's "
                         "recipe; no tuning stage) or demo-expert-lr (the same, RAPTOR's expert lr / 8)")
     p.add_argument("--summary-name", default=None,
                    help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "
