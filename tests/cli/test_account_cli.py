@@ -106,7 +106,9 @@ def test_plan_steps_instead_of_epochs(capsys):
     by_epochs = json.loads(capsys.readouterr().out)
     assert by_steps["steps"] == by_epochs["steps"] == 198 and by_steps["epochs"] is None
     assert by_steps["sigma_eff"] == pytest.approx(by_epochs["sigma_eff"], rel=1e-12)
-    assert by_steps["shared_ratio"] == 0.3  # the same default as raptor train
+    from raptor.training.config import PrivacyConfig
+
+    assert by_steps["shared_ratio"] == PrivacyConfig().shared_ratio == 0.9  # the same default as raptor train
     with pytest.raises(SystemExit) as info:
         main(PLAN + ["--steps", "198"])
     assert info.value.code == 2
@@ -120,3 +122,4 @@ def test_plan_rdp_accountant_is_never_below_pld(capsys):
     assert rdp["accountant"] == "rdp" and rdp["epsilon"] <= 8.0
     # RDP's bound is looser, so hitting the same target needs at least as much noise.
     assert rdp["sigma_eff"] >= pld["sigma_eff"]
+

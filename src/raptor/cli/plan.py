@@ -37,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=None, metavar="D",
                         help="delta in (0, 1/N); default: largest power of ten <= 1/(N ln N)")
     parser.add_argument("--layers", type=int, default=1, metavar="L", help="trained MoE layers (default 1)")
-    parser.add_argument("--shared-ratio", type=float, default=0.3, metavar="R",
+    parser.add_argument("--shared-ratio", type=float, default=0.9, metavar="R",
                         help="share r in (0, 1) of inverse noise variance for the shared stream "
-                             "(default 0.3, as raptor train)")
+                             "(default 0.9, as raptor train)")
     parser.add_argument("--alternate", type=_alternate, default=None, metavar="S:X",
                         help="alternate S shared-only and X expert-only steps (default: joint steps)")
     parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove",
