@@ -88,13 +88,19 @@ EXPERT_LR_RAPTOR_SPACE = tuple({**c, "lr_expert": c["lr"] / 8} for c in RAPTOR_S
 #: sigma_s = sigma_eff / sqrt(0.9), near DP-SGD's sigma, instead of sigma_eff / sqrt(0.3)); the same
 #: budget; the baselines' cells are the default space's.
 SHARED_RATIO_RAPTOR_SPACE = tuple({**c, "shared_ratio": 0.9} for c in RAPTOR_SPACE if c["shared_ratio"] == 0.3)
+#: ``--space first-layer``: ``shared-ratio-0.9`` with RAPTOR protecting MoE layer 0 instead of the
+#: public-entropy pick. A classifier that pools the LAST token of a causal model (OLMoE) reads the
+#: last MoE layer's expert output at that one token only, so a record's owner expert there (chosen
+#: over all its tokens) gets a gradient only when the last token routes to it; an early layer's
+#: experts reach the pooled token at every position through attention.
+FIRST_LAYER_RAPTOR_SPACE = tuple({**c, "layers": "0"} for c in SHARED_RATIO_RAPTOR_SPACE)
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
-#: ``expert-lr``, ``shared-ratio-0.9``, ``demo`` or ``demo-expert-lr``
+#: ``expert-lr``, ``shared-ratio-0.9``, ``first-layer``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "expert-lr", "shared-ratio-0.9", "demo", "demo-expert-lr")
+SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr")
 #: RAPTOR's space under each tuned ``--space``
 RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
-                 "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE}
+                 "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE, "first-layer": FIRST_LAYER_RAPTOR_SPACE}
 
 
 def search_space(method: str) -> tuple[dict, ...]:
@@ -268,11 +274,11 @@ _NORMS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 def calibration_norms(cell: Cell, fx: Fixed, build) -> tuple[torch.Tensor, torch.Tensor]:
     """(shared or dense norms, owner-expert norms) of the public records at the cell's initial
-    weights, for its method: computed once per (model, task, method, head, data settings, and the
-    seed where the initial weights depend on it)."""
+    weights, for its method: computed once per (model, task, method, head, data settings, protected
+    layers, and the seed where the initial weights depend on it)."""
     p = cell.params
     seeded = cell.model.startswith("random(") or p["head"] == "random"
-    key = (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"],
+    key = (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"], p.get("layers", "auto"),
            cell.seed if seeded else None)
     if key not in _NORMS:
         probe = build(1.0, 1.0)
@@ -332,11 +338,18 @@ def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
                             clip_rule=p.get("clip_rule", "uniform"), shared_ratio=p.get("shared_ratio", 0.3),
                             secure_rng=False)
     return TrainConfig(method=cell.method, epochs=p["epochs"], batch_size=p["B"], seed=cell.seed,
-                       output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers="auto", eval_every=0,
+                       output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers=_layers(p.get("layers", "auto")),
+                       eval_every=0,
                        max_length=p["max_len"], privacy=privacy,
                        performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256),
                        optim=OptimConfig(name=p.get("opt", "adamw"), lr=p["lr"], lr_expert=p.get("lr_expert"),
                                          weight_decay=0.01 if p.get("opt", "adamw") == "adamw" else 0.0))
+
+
+def _layers(spec: str) -> str | tuple[int, ...]:
+    """A cell's ``layers`` hparam: ``"auto"`` or comma-separated MoE layer indices (a string, so that
+    the cell stays hashable)."""
+    return "auto" if spec == "auto" else tuple(int(v) for v in str(spec).split(","))
 
 
 def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
@@ -672,7 +685,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="search spaces: default (tuned, --configs of each), expert-lr (the same, RAPTOR's "
                         "expert stream at lr / 8 in each of its configurations; the other methods' cells are "
                         "shared with default), shared-ratio-0.9 (the same, RAPTOR's shared ratio 0.9 instead "
-                        "of 0.3), demo (one fixed configuration per method, the raptor demo's "
+                        "of 0.3), first-layer (shared-ratio-0.9 with RAPTOR on MoE layer 0), demo (one fixed configuration per method, the raptor demo's "
                         "recipe; no tuning stage) or demo-expert-lr (the same, RAPTOR's expert lr / 8)")
     p.add_argument("--summary-name", default=None,
                    help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "

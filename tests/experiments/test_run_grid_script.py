@@ -52,12 +52,14 @@ def test_matched_budget_and_search_space(rg, monkeypatch):
     assert k >= 2 and all(len(rg.search_space(m)) == k for m in rg.DP_METHODS)
     assert all("lr" in h for m in rg.METHODS for h in rg.search_space(m))
     default = rg.search_space("raptor")
-    for space, knob, value in (("expert-lr", "lr_expert", None), ("shared-ratio-0.9", "shared_ratio", 0.9)):
+    for space, knob, value in (("expert-lr", "lr_expert", None), ("shared-ratio-0.9", "shared_ratio", 0.9),
+                               ("first-layer", "layers", "0")):
         monkeypatch.setattr(rg, "SPACE", space)
         assert rg.check_matched_budget(rg.METHODS) == k  # RAPTOR's knob inside the same budget
         raptor = rg.search_space("raptor")
         assert [h["lr"] for h in raptor] == [h["lr"] for h in default]  # only the one knob differs
         assert all(h[knob] == (value if value is not None else h["lr"] / 8) for h in raptor)
+    assert rg._layers("auto") == "auto" and rg._layers("0") == (0,) and rg._layers("0,2") == (0, 2)
 
 
 def test_tune_then_final_on_fresh_seeds_then_resume(rg, tmp_path, monkeypatch, capsys):
