@@ -40,7 +40,7 @@ PUBLIC_SOURCES = ("model", "sample")
 #: SGD lr 0.5 / 2 / 4: 0.550 / 0.628 / 0.622; majority class 0.509), one epoch keeps both runs within
 #: the time budget, and 40 tokens cover 90% of the sample's records. RAPTOR's shared ratio 0.9 (the
 #: reference's VL2 setting) gives its shared stream about DP-SGD's noise (sigma_s 1.26 vs 1.20); at
-#: the library default 0.3 (sigma_s 2.18) RAPTOR reached 0.573 (lr 2) and 0.519 (lr 4).
+#: the reference's 0.3 (sigma_s 2.18) RAPTOR reached 0.573 (lr 2) and 0.519 (lr 4).
 #: RAPTOR's expert stream steps at lr / 8: its public denominator n_hat_e = B pi_e (pi_e about 1/8 for
 #: the shipped model's 8 experts) makes an expert's step about 8x what a division by B gives, noise
 #: included, and this warm model's experts carry almost no gradient signal (README "Results"). On
