@@ -10,7 +10,10 @@ For a batch of B records and groups g (``shared`` + ``expert/l/e``, or ``dense``
 * ``c[g][r] = min(1, C_g / norms[g][r])`` (``1`` where the norm is 0), and ``c = 0`` for every
   group of a record whose norms are not all finite (counted in ``num_nonfinite``);
 * ``clipped_sums[name] = sum_r sum_g c[g][r] grad_{name}(r)``, the book-keeping clipped sum of
-  every trainable parameter (fused expert weights hold each expert's sum in its slot).
+  every trainable parameter (fused expert weights hold each expert's sum in its slot). A parameter
+  no record's gradient reached (e.g. an expert that owns no record of the batch) gets a broadcast
+  zero (``expand`` of one scalar: no memory, and an in-place op on it raises instead of writing):
+  treat the sums as read-only values and ``clone()`` one before modifying it.
 
 How (see :mod:`raptor.per_sample.capture` and :mod:`raptor.per_sample.norms`): every use of a
 trainable parameter is recorded during the forward (input rows, row -> record index); custom
@@ -382,8 +385,8 @@ def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> tor
     """The full-shape clipped sum of one parameter from its whole-tensor or per-slot parts."""
     if None in parts:
         return parts[None].reshape(param.shape)
-    if not parts:
-        return torch.zeros_like(param, dtype=sum_dtype(param), memory_format=torch.contiguous_format)
+    if not parts:  # no record reached it: a read-only broadcast zero (no memory; in-place ops on it raise)
+        return torch.zeros((), dtype=sum_dtype(param), device=param.device).expand(param.shape)
     zero = None
     slots = []
     for e in range(param.shape[0]):
