@@ -199,8 +199,8 @@ def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weights: torch.Tensor | Se
         name = slot_names[0]
         slot_groups = torch.tensor([tape.group(n, None) for n in slot_names], dtype=torch.long)
         tensors = tuple(weights)
-    for e in range(slot_groups.numel()):
-        expert = tape.expert_of_group.get(int(slot_groups[e]))
+    for e, group in enumerate(slot_groups.tolist()):
+        expert = tape.expert_of_group.get(group)
         if expert is not None and expert != (layer, e):
             raise UnsupportedModelError(
                 f"expert weight {slot_names[e] if slot_names else name!r} slot {e} is in group {expert}, "

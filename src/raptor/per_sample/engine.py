@@ -10,7 +10,10 @@ For a batch of B records and groups g (``shared`` + ``expert/l/e``, or ``dense``
 * ``c[g][r] = min(1, C_g / norms[g][r])`` (``1`` where the norm is 0), and ``c = 0`` for every
   group of a record whose norms are not all finite (counted in ``num_nonfinite``);
 * ``clipped_sums[name] = sum_r sum_g c[g][r] grad_{name}(r)``, the book-keeping clipped sum of
-  every trainable parameter (fused expert weights hold each expert's sum in its slot).
+  every trainable parameter (fused expert weights hold each expert's sum in its slot). A parameter
+  no record's gradient reached (e.g. an expert that owns no record of the batch) gets a broadcast
+  zero (``expand`` of one scalar: no memory, and an in-place op on it raises instead of writing):
+  treat the sums as read-only values and ``clone()`` one before modifying it.
 
 How (see :mod:`raptor.per_sample.capture` and :mod:`raptor.per_sample.norms`): every use of a
 trainable parameter is recorded during the forward (input rows, row -> record index); custom
@@ -177,6 +180,15 @@ class PerRecordEngine:
                     expert_of_group=self._expert_of_group, special=self._special)
         reducer = _Reducer(tape, self.group_map.params, len(self.group_keys), B, ids.device)
         tape.on_ready = reducer.on_ready
+        try:
+            return self._run(batch, labels, tape, reducer, C_G)
+        finally:
+            reducer.release()
+
+    def _run(self, batch: Mapping[str, torch.Tensor], labels: torch.Tensor, tape: Tape, reducer: _Reducer,
+             C_G: torch.Tensor) -> EngineResult:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        B = ids.shape[0]
         call = self._call(tape, mask)
         with self._installed(call), CaptureMode(tape):
             logits = self.model(**model_inputs(batch)).logits
@@ -367,6 +379,19 @@ class _Reducer:
             group, prev = self.multi.get(key, (use.group, None))
             self.multi[key] = (group, per if prev is None else prev + per)
 
+    def release(self) -> None:
+        """Drop the tape's uses and whatever is still kept, once the call is over (or has failed).
+
+        ``tape.on_ready`` is this reducer's bound method and the reducer holds the tape: a reference
+        cycle, which Python frees only at its next cyclic garbage collection. Without this, every
+        call's captured rows stayed allocated until then (about 17 MB per call of the medium Switch
+        model at T = 32), and each following call's forward faulted fresh pages in.
+        """
+        self.tape.uses.clear()
+        self.tape.on_ready = None
+        self.items.clear()
+        self.multi.clear()
+
     def finish(self) -> torch.Tensor:
         for use in self.tape.uses:
             if not use.reduced and (use.g is not None or use.per_record is not None):
@@ -382,8 +407,8 @@ def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> tor
     """The full-shape clipped sum of one parameter from its whole-tensor or per-slot parts."""
     if None in parts:
         return parts[None].reshape(param.shape)
-    if not parts:
-        return torch.zeros_like(param, dtype=sum_dtype(param), memory_format=torch.contiguous_format)
+    if not parts:  # no record reached it: a read-only broadcast zero (no memory; in-place ops on it raise)
+        return torch.zeros((), dtype=sum_dtype(param), device=param.device).expand(param.shape)
     zero = None
     slots = []
     for e in range(param.shape[0]):

@@ -82,6 +82,13 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
         if hidden_states.dtype == torch.float64:
             return batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    with _uncaptured():
+        return _recorded_experts_forward(self, call, state, lora, hidden_states, top_k_index, top_k_weights)
+
+
+def _recorded_experts_forward(self, call: ActiveCall, state: LayerState, lora: bool, hidden_states: torch.Tensor,
+                              top_k_index: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """The engine's fused experts forward (see :func:`raptor_experts_forward`)."""
     if self.has_bias or not self.has_gate or self.is_transposed or not self.is_concatenated \
             or self.has_post_expert_norm or self._is_expert_parallel:
         raise UnsupportedModelError(
@@ -92,7 +99,7 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
     N = hidden_ND.shape[0]
     K = top_k_index.shape[1]
     E = self.num_experts
-    tape, keep, layer = None, None, -1
+    keep = None
     # Sort the (token, slot) pairs by expert; the stable sort keeps tokens (so records) ascending.
     expert_S, perm = torch.sort(top_k_index.reshape(-1), stable=True)
     valid = (expert_S >= 0) & (expert_S < E)
@@ -100,19 +107,17 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
         expert_S, perm = expert_S[valid], perm[valid]
     tok_S = perm // K
     counts = torch.bincount(expert_S, minlength=E).tolist()
-    rec_S = tok_S
-    if state is not None:
-        B = state.records
-        T = N // B if B else 0
-        if B * T != N:
-            raise UnsupportedModelError(f"experts got {N} tokens, not a multiple of the batch size {B}")
-        owner_B = owners_from_topk(top_k_index, top_k_weights, state.token_mask_N, num_records=B,
-                                   num_experts=state.num_experts)
-        call.owners[state.layer] = owner_B
-        tape, layer = call.tape, state.layer
-        rec_S = tok_S // max(T, 1)
-        if state.mask_owners:
-            keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+    B = state.records
+    T = N // B if B else 0
+    if B * T != N:
+        raise UnsupportedModelError(f"experts got {N} tokens, not a multiple of the batch size {B}")
+    owner_B = owners_from_topk(top_k_index, top_k_weights, state.token_mask_N, num_records=B,
+                               num_experts=state.num_experts)
+    call.owners[state.layer] = owner_B
+    tape, layer = call.tape, state.layer
+    rec_S = tok_S // max(T, 1)
+    if state.mask_owners:
+        keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
 
     def project(x_S: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if tape is not None and tape.name_of(weight) is not None:
@@ -132,6 +137,19 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
     w_S = top_k_weights.reshape(-1).index_select(0, perm)
     y = y * w_S.unsqueeze(-1).to(y.dtype)
     return torch.zeros_like(hidden_ND).index_add(0, tok_S, y.to(hidden_ND.dtype))
+
+
+def _uncaptured():
+    """The capture mode off for the body of an expert dispatch (``torch._C.DisableTorchFunction``).
+
+    A dispatch records its expert weights itself, as grouped uses, so none of its ops needs the
+    capture mode's interception; under the mode every op of it (index, sort, per-expert ``mm``
+    slices: about 1,300 ops per forward of the medium Switch model) pays a Python call, which is
+    most of the private forward's overhead at short sequences. Nothing goes unchecked: a trainable
+    parameter that an op of the dispatch used outside a recorded use would receive a ``.grad`` in
+    the backward, which :meth:`raptor.per_sample.engine.PerRecordEngine.compute` refuses.
+    """
+    return torch._C.DisableTorchFunction()
 
 
 def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -163,6 +181,10 @@ def module_dict_experts_forward(module, state: LayerState):
     wo_dtype = wo[0].base.dtype
 
     def forward(hidden_states: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor):
+        with _uncaptured():
+            return dispatch(hidden_states, selected_experts, routing_weights)
+
+    def dispatch(hidden_states: torch.Tensor, selected_experts: torch.Tensor, routing_weights: torch.Tensor):
         call = ACTIVE.get()
         tape = call.tape
         N = hidden_states.shape[0]

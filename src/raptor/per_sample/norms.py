@@ -178,30 +178,58 @@ class GroupedNorms:
     pair_expert: torch.Tensor  # [P]
 
 
-def grouped_sq_norms(use: Use, num_records: int) -> GroupedNorms:
+def grouped_sq_norms(use: Use, num_records: int, mode: str | None = None) -> GroupedNorms:
     """Squared norms of ``G_{e,r}^T A_{e,r}`` for every (expert e, record r) pair of a grouped use.
 
-    Rows are sorted by (expert, record), so ``key = e * B + r`` is sorted and one padded batched
-    product covers every pair of the layer. Ghost when ``m (d_in + d_out) < d_in d_out``.
+    Rows are sorted by (expert, record), so ``key = e * B + r`` is sorted and each pair's rows are
+    one contiguous block. ``mode``: ``"ghost"`` (rows kept; one padded batched Gram product over
+    every pair of the layer), ``"materialise"`` (the per-pair gradients, one ``mm`` per pair on its
+    own rows, no padding; rows dropped) or None: chosen by :func:`grouped_materialise`.
     """
     B = max(num_records, 1)
     key = use.expert * B + use.rec
     g = use.g
     a = use.a.to(g.dtype)
-    gp, ids = pad_by_key(g, key)
-    ap, _ = pad_by_key(a, key)
-    m = gp.shape[1] if gp.dim() == 3 else 0
-    if gp.shape[0] == 0:
-        sq, per = g.new_zeros(0), None
-    elif m * (a.shape[1] + g.shape[1]) < a.shape[1] * g.shape[1]:
-        sq = torch.einsum("rij,rij->r", torch.bmm(gp, gp.transpose(1, 2)), torch.bmm(ap, ap.transpose(1, 2)))
-        per = None
+    d_in, d_out = a.shape[1], g.shape[1]
+    if key.numel() == 0:
+        ids, sq, per = key, g.new_zeros(0), None
     else:
-        per = torch.bmm(gp.transpose(1, 2), ap)
-        sq = sq_norms(per)
+        ids, counts = torch.unique_consecutive(key, return_counts=True)
+        sizes = counts.tolist()
+        if mode is None:
+            mode = "materialise" if grouped_materialise(sizes, d_in, d_out) else "ghost"
+        if mode == "materialise":
+            per = g.new_empty((len(sizes), d_out, d_in))
+            start = 0
+            for p, m in enumerate(sizes):
+                torch.mm(g[start:start + m].t(), a[start:start + m], out=per[p])
+                start += m
+            sq = sq_norms(per)
+        elif mode == "ghost":
+            gp, _ = pad_by_key(g, key)
+            ap, _ = pad_by_key(a, key)
+            sq = torch.einsum("rij,rij->r", torch.bmm(gp, gp.transpose(1, 2)), torch.bmm(ap, ap.transpose(1, 2)))
+            per = None
+        else:
+            raise ValueError(f"mode must be 'ghost', 'materialise' or None, got {mode!r}")
     pair_expert = ids // B
     return GroupedNorms(pair_group=use.slot_groups.to(ids.device).index_select(0, pair_expert),
                         pair_rec=ids % B, sq=sq, per_pair=per, pair_expert=pair_expert)
+
+
+def grouped_materialise(sizes: list[int], d_in: int, d_out: int) -> bool:
+    """Materialise a grouped use's per-pair gradients (rather than keep its rows for a ghost norm)?
+
+    Time: the ghost norm's Gram products cost ``P m_max^2 (d_in + d_out)`` (padded to the largest
+    pair, m_max rows) on top of the book-keeping sum ``n d_in d_out`` it still needs later, while
+    materialising costs ``n d_in d_out`` plus a few passes over ``P d_in d_out`` numbers (norm,
+    weighted sum), about 8 Gram flops each (measured on CPU, d = 256). Memory: the per-pair
+    gradients may take at most twice the rows' ``n (d_in + d_out)`` numbers.
+    """
+    P, n, m_max = len(sizes), sum(sizes), max(sizes)
+    faster = m_max * m_max * (d_in + d_out) > 8 * d_in * d_out
+    small_enough = P * d_in * d_out <= 2 * n * (d_in + d_out)
+    return faster and small_enough
 
 
 def grouped_clipped_sums(use: Use, norms: GroupedNorms, c_GB: torch.Tensor, num_slots: int) -> dict[int, torch.Tensor]:
