@@ -94,7 +94,7 @@ class PrivacyConfig:
     ``math.inf`` disables clipping (only meaningful with zero noise, for equivalence tests).
     ``shared_ratio`` r splits inverse variances: 1/sigma_s^2 = r/sigma_eff^2, L/sigma_e^2 = (1-r)/sigma_eff^2.
     Default 0.9, not the reference's 0.3: r = 0.3 was the worst setting in every measurement we
-    have (README "Results": the SST-2 grid on the shipped warm start, +0.016/+0.015/+0.019 for
+    have (README "Results": the SST-2 grid on the shipped warm start, +0.016/+0.016/+0.019 for
     0.9 at epsilon 1/3/8, tied on OLMoE; the demo; full SST-2 at epsilon 8 from random init). On
     a model whose experts carry task signal a lower r may be better: it is ``--shared-ratio``.
     ``noise_multipliers`` = (sigma_s, sigma_e) overrides calibration (experiments/tests; the
