@@ -230,15 +230,15 @@ def test_the_warm_start_quiets_only_its_own_threads_rdp_warnings(monkeypatch):
     def search(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:  # the RDP warm start, inside the quiet block
-            inside.wait()
-            other_logged.wait()
+            inside.wait(timeout=60)
+            other_logged.wait(timeout=60)
             logger.warning("order 1.5 failed to converge (calibrating thread)")
         return real_search(*args, **kwargs)
 
     def other():
-        inside.wait()
+        inside.wait(timeout=60)
         logger.warning("order 1.5 failed to converge (other thread)")
-        other_logged.wait()
+        other_logged.wait(timeout=60)
 
     handler, level, before = Record(), logger.level, list(logger.filters)
     logger.addHandler(handler)

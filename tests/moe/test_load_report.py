@@ -90,15 +90,15 @@ def test_the_quiet_call_drops_only_its_own_threads_report(report_log):
 
     def a():
         with _without_load_report():
-            inside.wait()
-            b_logged.wait()
+            inside.wait(timeout=60)
+            b_logged.wait(timeout=60)
             logger.warning("LOAD REPORT from A")
             logger.warning("another record from A")
 
     def b():
-        inside.wait()
+        inside.wait(timeout=60)
         logger.warning("LOAD REPORT from B")
-        b_logged.wait()
+        b_logged.wait(timeout=60)
 
     threads = [threading.Thread(target=a), threading.Thread(target=b)]
     for t in threads:
@@ -119,7 +119,7 @@ def test_concurrent_quiet_calls_neither_leak_nor_lose_reports(report_log):
     start = threading.Barrier(n_threads, timeout=30)
 
     def work(i):
-        start.wait()
+        start.wait(timeout=60)
         for r in range(rounds):
             with _without_load_report():
                 logger.warning(f"LOAD REPORT inside {i}/{r}")

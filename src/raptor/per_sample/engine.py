@@ -384,7 +384,7 @@ class _Reducer:
 
         ``tape.on_ready`` is this reducer's bound method and the reducer holds the tape: a reference
         cycle, which Python frees only at its next cyclic garbage collection. Without this, every
-        call's captured rows stayed allocated until then (about 17 MB per call of the medium Switch
+        call's captured rows stayed allocated until then (about 17 MB per call of the medium top-1
         model at T = 32), and each following call's forward faulted fresh pages in.
         """
         self.tape.uses.clear()
