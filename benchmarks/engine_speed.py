@@ -598,6 +598,7 @@ def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeou
     import torch
 
     results = []
+    load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     t_start = time.perf_counter()
     for cfg in configs:
         t0 = time.perf_counter()
@@ -622,7 +623,8 @@ def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeou
         "in_process": in_process,
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "machine": platform.machine(), "processor": platform.processor(),
-                        "cpu_count": os.cpu_count(), "load_avg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                        "cpu_count": os.cpu_count(), "load_avg_at_start": load_at_start,
+                        "load_avg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
                         **_engine_revision()},
         "results": results,
     }

@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     args.batch_size = args.batch_size or (8 if q else 64)
     args.records = args.records or (128 if q else 2048)
     args.updates = args.updates or (2 if q else 4)
+    load_at_start = os.getloadavg()
     report = run(args)
+    report["environment"]["load_avg_at_start"] = load_at_start
     print(table(report))
     out = args.out if args.out is not None else (None if q else DEFAULT_OUT)
     if out is not None:
