@@ -11,6 +11,10 @@ a DP-SGD and a RAPTOR run at ``--epsilon`` (shared ratio ``--shared-ratio``).
 
 Writes experiments/results/failure_modes_<task>_<model>_eps<e>.json and .png (three panels, one
 per failure mode). Privacy: public records and the public initial weights only.
+
+    python experiments/failure_modes.py --replot experiments/results/failure_modes_*.json
+
+redraws the PNGs from their JSON files alone (no model, no data).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ HERE = Path(__file__).resolve().parent
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    p.add_argument("--model-dir", required=True)
+    p.add_argument("--model-dir", help="the pre-trained model directory (required unless --replot)")
+    p.add_argument("--replot", nargs="+", type=Path, metavar="JSON",
+                   help="redraw the PNG beside each diagnostics JSON, and do nothing else")
     p.add_argument("--model", choices=("warm", "random"), default="warm")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
     p.add_argument("--task", default="sst2")
@@ -45,11 +51,19 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out-dir", default=str(HERE / "results"))
     args = p.parse_args(argv)
+    if args.replot:
+        return replot(args.replot, task=args.task)
+    if not args.model_dir:
+        p.error("--model-dir is required (or --replot JSON ... to redraw figures)")
     torch.set_num_threads(args.threads)
     import transformers
 
     transformers.logging.set_verbosity_error()
-    from raptor.experiments.diagnostics import failure_mode_diagnostics, plot_failure_modes
+    from raptor.experiments.diagnostics import (
+        failure_mode_diagnostics,
+        failure_modes_title,
+        plot_failure_modes,
+    )
     from raptor.roles.groups import GroupKey
     from raptor.training.build import build_trainer
     from raptor.training.json_io import write_strict_json
@@ -90,14 +104,12 @@ def main(argv=None) -> int:
         sigma_expert=raptor.plan.sigmas["expert"])
     name = f"failure_modes_{args.task}_{rg._slug(label)}_eps{args.epsilon:g}"
     out = Path(args.out_dir)
-    diag.update(model=label, model_dir=fx.model_dir, epsilon=args.epsilon, delta=fx.delta,
+    diag.update(model=label, task=args.task, model_dir=fx.model_dir, epsilon=args.epsilon, delta=fx.delta,
                 steps=raptor.plan.steps, sample_rate=raptor.plan.sample_rate, shared_ratio=args.shared_ratio,
                 head_init=args.head_init, data_rule=d.rule, seconds=time.perf_counter() - start,
                 command=" ".join(["python", "experiments/failure_modes.py", *(argv if argv is not None else sys.argv[1:])]))
     write_strict_json(out / f"{name}.json", diag)
-    plot_failure_modes(diag, out / f"{name}.png",
-                       title=f"{label} / {args.task}, public records, eps {args.epsilon:g} (delta {fx.delta:g}), "
-                             f"B {fx.batch_size}, {raptor.plan.steps} steps, trained layer(s) {list(raptor.plan.trained_layers)}")
+    plot_failure_modes(diag, out / f"{name}.png", title=failure_modes_title(diag, args.task))
     sup = diag["suppression"]
     print(f"suppression: median owner-expert share of ||g||^2 {sup['expert_share_of_sq_norm']['median']:.3g}; "
           f"median clip factor on the expert part: global {sup['global_clip_factor']['median']:.3g} vs "
@@ -106,6 +118,19 @@ def main(argv=None) -> int:
         print(f"expert {e['layer']}/{e['expert']}: public load {e['public_load']:.3f}; SNR dense {e['snr_dense']:.3g} "
               f"raptor {e['snr_raptor']:.3g}")
     print(f"wrote {out / (name + '.json')} and .png")
+    return 0
+
+
+def replot(paths: list[Path], *, task: str) -> int:
+    """Redraw each JSON's figure beside it; the task comes from the JSON (older files: ``--task``)."""
+    import json
+
+    from raptor.experiments.diagnostics import failure_modes_title, plot_failure_modes
+
+    for path in paths:
+        diag = json.loads(path.read_text())
+        out = plot_failure_modes(diag, path.with_suffix(".png"), title=failure_modes_title(diag, diag.get("task", task)))
+        print(f"wrote {out}")
     return 0
 
 

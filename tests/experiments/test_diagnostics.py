@@ -47,3 +47,53 @@ def test_diagnostics_report(family, tmp_path):
     pytest.importorskip("matplotlib")
     out = plot_failure_modes(diag, tmp_path / "f.png", title=family)
     assert out.stat().st_size > 1000
+
+
+def test_small_shares_get_their_power_of_ten_in_the_axis_label():
+    """matplotlib's offset text ('1e-5') overlapped the x label of panel 1; the factor now goes in the
+    label and the values are rescaled into [1, 1000)."""
+    from raptor.experiments.diagnostics import _display_exponent
+
+    assert _display_exponent(2.8e-5) == -5
+    assert _display_exponent(4.9e-6) == -6
+    assert _display_exponent(0.009) == -3
+    for readable in (0.0, 0.01, 0.5, 1.0, float("nan"), float("inf"), -1.0):
+        assert _display_exponent(readable) == 0
+    assert 1.0 <= 2.8e-5 / 10.0 ** _display_exponent(2.8e-5) < 1000.0
+
+
+def test_replot_redraws_a_figure_from_its_json_alone(tmp_path, monkeypatch, capsys):
+    """``failure_modes.py --replot JSON``: no model and no data; the title comes from the JSON."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("matplotlib")
+    from raptor.experiments import diagnostics
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(root / "experiments"))
+    spec = importlib.util.spec_from_file_location("failure_modes_under_test", root / "experiments" / "failure_modes.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "failure_modes_under_test", mod)
+    spec.loader.exec_module(mod)
+
+    experts = [{"layer": 1, "expert": e, "public_load": load, "snr_dense": 1e-5, "snr_raptor": 1e-3}
+               for e, load in enumerate([0.25, 0.75])]
+    diag = {"model": "m@1", "task": "rte", "epsilon": 1.0, "delta": 1e-5, "batch_size": 64, "steps": 10,
+            "trained_layers": [1], "experts": experts,
+            "suppression": {"expert_share_of_sq_norm": {"values": [1e-6, 3e-6]},
+                            "global_clip_factor": {"median": 1.0}, "role_clip_factor": {"median": 0.9}}}
+    path = tmp_path / "failure_modes_rte_m_eps1.json"
+    path.write_text(json.dumps(diag))
+    titles = []
+    real_plot = diagnostics.plot_failure_modes
+    monkeypatch.setattr(diagnostics, "plot_failure_modes",
+                        lambda d, p, *, title="": titles.append(title) or real_plot(d, p, title=title))
+    assert mod.main(["--replot", str(path)]) == 0
+    assert path.with_suffix(".png").stat().st_size > 1000
+    assert titles == ["m@1 / rte, public records, eps 1 (delta 1e-05), B 64, 10 steps, trained layer(s) [1]"]
+    with pytest.raises(SystemExit):  # neither a model nor --replot: a usage error naming the flag
+        mod.main([])
+    assert "--model-dir is required" in capsys.readouterr().err

@@ -154,6 +154,21 @@ def failure_mode_diagnostics(
     }
 
 
+def _display_exponent(largest: float) -> int:
+    """The power of ten that brings values up to ``largest`` into [1, 1000) for an axis (0 when they
+    already read well), so the factor goes in the label instead of matplotlib's offset text, which
+    overlaps the label."""
+    if not math.isfinite(largest) or largest <= 0 or largest >= 1e-2:
+        return 0
+    return int(math.floor(math.log10(largest)))
+
+
+def failure_modes_title(diag: Mapping, task: str) -> str:
+    """The figure title, from the diagnostics JSON alone (so a figure can be redrawn from it)."""
+    return (f"{diag['model']} / {task}, public records, eps {diag['epsilon']:g} (delta {diag['delta']:g}), "
+            f"B {diag['batch_size']}, {diag['steps']} steps, trained layer(s) {list(diag['trained_layers'])}")
+
+
 def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> Path:
     """Three panels: expert share of ||g||^2 (suppression), load share = dilution factor under B, and
     per-expert SNR against public load for dense DP-SGD and RAPTOR."""
@@ -164,8 +179,11 @@ def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> P
 
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4))
     sup = diag["suppression"]
-    a.hist(sup["expert_share_of_sq_norm"]["values"], bins=30, color="tab:blue", alpha=0.8)
-    a.set_xlabel("owner-expert share of ||g_i||^2 (public records)")
+    shares = list(sup["expert_share_of_sq_norm"]["values"])
+    exponent = _display_exponent(max(shares, default=0.0))
+    a.hist([v / 10.0**exponent for v in shares], bins=30, color="tab:blue", alpha=0.8)
+    unit = f" (x 1e{exponent})" if exponent else ""
+    a.set_xlabel(f"owner-expert share of ||g_i||^2{unit}, public records")
     a.set_ylabel("records")
     a.set_title(f"1. suppression: median global clip factor {sup['global_clip_factor']['median'] or 0:.2f}"
                 f"\nvs per-role {sup['role_clip_factor']['median'] or 0:.2f}", fontsize=9)
