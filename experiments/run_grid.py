@@ -716,6 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()  # the load report of every cell's head
+    transformers.utils.logging.disable_progress_bar()  # a "Loading weights" bar per cell; the grid has its own
     check_matched_budget(args.methods)
     fx = Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=args.public_size,
                selection_size=args.selection_size, max_train=args.max_train or None, max_length=args.max_length,

@@ -46,6 +46,21 @@ def test_the_new_head_prints_one_raptor_line_instead_of_the_hf_report():
     assert "probe LOAD REPORT after the call" in after  # the filter was for that call only
 
 
+def test_the_new_head_line_is_printed_once_per_process(capsys):
+    """A grid loads the same checkpoint for every cell: the line once, not once per cell (the line
+    names the new parameters, not the head's size, so a regression head repeats it too)."""
+    from raptor.moe import models
+
+    models._announced.clear()
+    models.load_model("switch-public-tiny", num_labels=2)
+    models.load_model("switch-public-tiny", num_labels=2)
+    first = [line for line in capsys.readouterr().err.splitlines() if line.startswith("raptor:")]
+    assert len(first) == 1 and "head is new" in first[0]
+    models.load_model("switch-public-tiny", num_labels=1)  # a regression head: the same new parameters
+    models.load_model("switch-public-tiny", num_labels=2)
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("raptor:")]
+
+
 def test_a_checkpoint_of_the_same_head_class_keeps_the_hf_report(tmp_path):
     # the same weights declared as a classifier checkpoint: a missing head is then not on purpose
     model = tmp_path / "model"

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -165,7 +166,8 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     A checkpoint saved from another head class (``config.architectures``, e.g. the shipped
     ``SwitchForMaskedLM``) is loaded into the classifier on purpose: transformers' UNEXPECTED /
     MISSING load report is dropped for that call only and raptor prints one line on stderr saying
-    the head is new (:func:`new_head_line`). A checkpoint of the same class keeps the full report.
+    the head is new (:func:`new_head_line`), once per process for the same line (a grid loads the
+    same checkpoint for every cell). A checkpoint of the same class keeps the full report.
     """
     from raptor.shipped import resolve
 
@@ -195,8 +197,7 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     if missing:
         init_missing_(model, missing, generator if generator is not None else torch.Generator().manual_seed(0))
     if new_head:
-        print(new_head_line(given, architectures[0], cls.__name__, missing, info.get("unexpected_keys") or ()),
-              file=sys.stderr)
+        _announce_once(new_head_line(given, architectures[0], cls.__name__, missing, info.get("unexpected_keys") or ()))
     model.eval()
     return model
 
@@ -222,6 +223,19 @@ def _is_load_report(record: logging.LogRecord) -> bool:
 #: call, and only it: the report record only, on the one logger that writes it, logged by the calling
 #: thread inside the block (a load in another thread keeps its report; every later report is logged).
 _without_load_report = ScopedDrop(HF_LOAD_REPORT_LOGGER, _is_load_report)
+
+
+_announced: set[str] = set()
+_announced_lock = threading.Lock()
+
+
+def _announce_once(line: str) -> None:
+    """Print ``line`` on stderr unless this process printed the same line before."""
+    with _announced_lock:
+        if line in _announced:
+            return
+        _announced.add(line)
+    print(line, file=sys.stderr)
 
 
 def new_head_line(name, architecture: str, head_class: str, missing, unexpected, *, shown: int = 6) -> str:
