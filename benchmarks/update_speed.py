@@ -96,11 +96,14 @@ def run(args: argparse.Namespace) -> dict:
     originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in wrapped]
     for mod, attr, phase in wrapped:
         setattr(mod, attr, clock.wrap(phase, getattr(mod, attr)))
+    load_at_start = os.getloadavg()
     try:
-        return _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer)
+        report = _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer)
     finally:
         for mod, attr, fn in originals:
             setattr(mod, attr, fn)
+    report["environment"]["load_avg_at_start"] = load_at_start
+    return report
 
 
 def _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer) -> dict:
@@ -221,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     args.batch_size = args.batch_size or (8 if q else 64)
     args.records = args.records or (128 if q else 2048)
     args.updates = args.updates or (2 if q else 4)
-    load_at_start = os.getloadavg()
     report = run(args)
-    report["environment"]["load_avg_at_start"] = load_at_start
     print(table(report))
     out = args.out if args.out is not None else (None if q else DEFAULT_OUT)
     if out is not None:

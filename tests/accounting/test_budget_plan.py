@@ -224,7 +224,7 @@ def test_the_warm_start_quiets_only_its_own_threads_rdp_warnings(monkeypatch):
         def emit(self, record):
             messages.append(record.getMessage())
 
-    inside, other_logged = threading.Barrier(2, timeout=60), threading.Barrier(2, timeout=60)
+    inside, other_logged = threading.Barrier(2), threading.Barrier(2)
     real_search, calls = planning._search, []
 
     def search(*args, **kwargs):

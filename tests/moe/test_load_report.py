@@ -101,19 +101,19 @@ def test_the_quiet_call_drops_only_its_own_threads_report(report_log):
     from raptor.moe.models import _without_load_report
 
     logger, messages = report_log
-    inside, b_logged = threading.Barrier(2, timeout=30), threading.Barrier(2, timeout=30)
+    inside, b_logged = threading.Barrier(2), threading.Barrier(2)
 
     def a():
         with _without_load_report():
-            inside.wait(timeout=60)
-            b_logged.wait(timeout=60)
+            inside.wait(timeout=30)
+            b_logged.wait(timeout=30)
             logger.warning("LOAD REPORT from A")
             logger.warning("another record from A")
 
     def b():
-        inside.wait(timeout=60)
+        inside.wait(timeout=30)
         logger.warning("LOAD REPORT from B")
-        b_logged.wait(timeout=60)
+        b_logged.wait(timeout=30)
 
     threads = [threading.Thread(target=a), threading.Thread(target=b)]
     for t in threads:
@@ -131,10 +131,10 @@ def test_concurrent_quiet_calls_neither_leak_nor_lose_reports(report_log):
 
     logger, messages = report_log
     n_threads, rounds = 4, 200
-    start = threading.Barrier(n_threads, timeout=30)
+    start = threading.Barrier(n_threads)
 
     def work(i):
-        start.wait(timeout=60)
+        start.wait(timeout=30)
         for r in range(rounds):
             with _without_load_report():
                 logger.warning(f"LOAD REPORT inside {i}/{r}")
