@@ -56,6 +56,7 @@ import _common  # noqa: E402
 SCHEMA_VERSION = 1
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 DEFAULT_OUT = _HERE / "results" / "engine_speed.json"
+OPS_OUT = _HERE / "results" / "engine_ops.json"  # --ops-only
 FAMILIES = ("switch_transformers", "olmoe", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
@@ -84,6 +85,7 @@ class Config:
     name: str = ""  # e.g. the real model a real-shape config is shaped like
     device: str = "cpu"  # "cuda": model and batch on the GPU, steps synchronised, peak CUDA memory reported
     dtype: str = "float32"  # or "bfloat16" (weights and activations)
+    ops_only: bool = False  # only the ATen op counts of both steps (no timing, no memory)
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_experts", "top_k", "expert_intermediate",
@@ -244,12 +246,53 @@ def _result(cfg: Config, times: dict[str, dict[str, list[float]]], peaks: dict[s
 # ------------------------------------------------------------------------------------------ raptor engine
 
 
-def moe_worker(cfg: Config) -> dict:
-    """Plain step vs ``PerRecordEngine.compute`` on one family's model (see the module docstring)."""
-    import torch
-    import torch.nn.functional as F
+# ATen ops that launch no kernel: views and aliases of their input, fresh allocations, metadata.
+_NO_KERNEL_OPS = frozenset({"empty", "empty_strided", "empty_like", "detach", "lift_fresh", "alias",
+                            "set_", "resize_", "_local_scalar_dense"})
 
-    import raptor.per_sample.engine as engine_module
+
+def aten_op_counts(fn: Callable[[], object]) -> dict:
+    """ATen ops dispatched by one call of ``fn`` (forward, backward and everything else), counted by a
+    ``TorchDispatchMode``: ``all`` ops, and ``kernels``: the ops that launch a kernel on an accelerator
+    (views, allocations and detaches excluded). ``syncs``: ops that copy a value to the host
+    (``_local_scalar_dense``: ``.item()``, ``float()``, ``bool()``, ``.tolist()`` of a tensor) and ops
+    whose output shape depends on tensor values (``nonzero``, ``unique*``, boolean indexing), each a
+    host synchronisation on a GPU. ``by_op``: the 25 most frequent ops.
+
+    A device-free proxy of a step's launch overhead on a GPU (issue 23): on small shapes the private
+    step's extra time there is launch- and synchronisation-bound.
+    """
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: Counter = Counter()
+    kernels = [0]
+    syncs = [0]
+    sync_ops = {"_local_scalar_dense", "nonzero", "unique_consecutive", "_unique2", "unique_dim", "masked_select",
+                "item", "bincount", "repeat_interleave"}
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            counts[name] += 1
+            if name in sync_ops:
+                syncs[0] += 1
+            if not (func.is_view or name in _NO_KERNEL_OPS):
+                kernels[0] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counting():
+        fn()
+    return {"all": sum(counts.values()), "kernels": kernels[0], "syncs": syncs[0],
+            "by_op": dict(counts.most_common(25))}
+
+
+def _setup(cfg: Config):
+    """The family's model on the config's device and dtype, its engine (roles, every MoE layer trained),
+    the batch and the clip norms."""
+    import torch
+
     from raptor.moe.adapters import get_adapter
     from raptor.moe.models import TinySize, build_model
     from raptor.per_sample.engine import PerRecordEngine
@@ -264,6 +307,49 @@ def moe_worker(cfg: Config) -> dict:
     engine = PerRecordEngine(model, trained_layers=layers, grouping="roles")
     batch = {k: v.to(cfg.device) for k, v in _batch(cfg).items()}
     clip = {key: cfg.clip_norm for key in engine.group_keys}
+    return model, engine, batch, clip
+
+
+def _op_counts(model, engine, batch: dict, clip: dict) -> dict:
+    """:func:`aten_op_counts` of one plain step and one private step (after one untimed round of each),
+    and their ratios, private / plain."""
+    import torch.nn.functional as F
+
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def plain() -> None:
+        for p in params:
+            p.grad = None
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        F.cross_entropy(logits.float(), batch["labels"]).backward()
+
+    def private() -> None:
+        engine.compute(batch, clip)
+
+    plain(), private()  # lazy initialisation outside the count
+    counts = {"plain": aten_op_counts(plain), "private": aten_op_counts(private)}
+    for p in params:
+        p.grad = None
+    return {"aten_ops": counts,
+            "aten_op_ratio": counts["private"]["all"] / counts["plain"]["all"],
+            "kernel_ratio": counts["private"]["kernels"] / counts["plain"]["kernels"]}
+
+
+def ops_worker(cfg: Config) -> dict:
+    """Only the ATen op counts of the plain and the private step (``--ops-only``: no timing, no memory)."""
+    model, engine, batch, clip = _setup(cfg)
+    return {"config": asdict(cfg), "label": cfg.label, "kind": "op_counts", "num_groups": len(engine.group_keys),
+            **_op_counts(model, engine, batch, clip)}
+
+
+def moe_worker(cfg: Config) -> dict:
+    """Plain step vs ``PerRecordEngine.compute`` on one family's model (see the module docstring)."""
+    import torch
+    import torch.nn.functional as F
+
+    import raptor.per_sample.engine as engine_module
+
+    model, engine, batch, clip = _setup(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
     plain_phases, engine_phases = _PhaseClock(), _PhaseClock()
@@ -340,6 +426,7 @@ def moe_worker(cfg: Config) -> dict:
         "helpers_calls": reduce_parts.last_calls,
         "device": cfg.device, "dtype": cfg.dtype,
     }
+    extra.update(_op_counts(model, engine, batch, clip))
     if cuda_peaks is not None:  # torch.cuda.max_memory_allocated during one step, model and batch included
         extra["peak_cuda_mib"] = {n: b / 2**20 for n, b in cuda_peaks.items()}
         extra["cuda_mem_ratio"] = cuda_peaks["private"] / cuda_peaks["plain"]
@@ -468,7 +555,9 @@ def opacus_worker(cfg: Config) -> dict:
 
 
 def run_config(cfg: Config) -> dict:
-    return opacus_worker(cfg) if cfg.family == "opacus_dense" else moe_worker(cfg)
+    if cfg.family == "opacus_dense":
+        return opacus_worker(cfg)
+    return ops_worker(cfg) if cfg.ops_only else moe_worker(cfg)
 
 
 # ------------------------------------------------------------------------------------------ plan and report
@@ -499,10 +588,10 @@ QUICK = dict(hidden_size=32, num_layers=2, num_heads=4, num_experts=4, top_k=2, 
 def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str], experts: Sequence[int],
          seq_lens: Sequence[int], warmup: int, reps: int, sweep_reps: int, threads: int, profile: Sequence[str],
          opacus: bool, top_ks: Sequence[int] = (), real: Sequence[str] = (), device: str = "cpu",
-         dtype: str = "float32") -> list[Config]:
+         dtype: str = "float32", ops_only: bool = False) -> list[Config]:
     """The configurations of one run: the base config per family, E and T sweeps, the Opacus reference."""
     base = QUICK if quick else MEDIUM
-    common = dict(warmup=warmup, threads=threads, device=device, dtype=dtype)
+    common = dict(warmup=warmup, threads=threads, device=device, dtype=dtype, ops_only=ops_only)
     configs: list[Config] = []
     for fam in families:
         configs.append(Config(fam, **base, reps=reps, profile=fam in profile, tags=("base",), **common))
@@ -524,10 +613,10 @@ def plan(*, quick: bool, families: Sequence[str], sweep_families: Sequence[str],
         fam = shape.pop("family")
         configs.append(Config(fam, **dict(base, vocab_size=1024, **shape), name=name, reps=sweep_reps,
                               tags=("real_shape",), **common))
-    if opacus:
+    if opacus and not ops_only:
         if (device, dtype) != ("cpu", "float32"):
             raise ValueError("the Opacus reference runs on CPU in float32; add --no-opacus with --device/--dtype")
-        configs.append(Config("opacus_dense", **base, reps=reps, tags=("opacus",), **common))
+        configs.append(Config("opacus_dense", **base, reps=reps, tags=("opacus",), **dict(common, ops_only=False)))
     return configs
 
 
@@ -538,6 +627,12 @@ def _row(r: dict) -> dict:
            "tags": ",".join(c.get("tags", ()))}
     if "error" in r:
         row["error"] = r["error"].splitlines()[-1][:80] if r["error"] else "error"
+        return row
+    if "aten_ops" in r:
+        ops = r["aten_ops"]
+        row.update(plain_ops=ops["plain"]["all"], private_ops=ops["private"]["all"], ops_ratio=r["aten_op_ratio"],
+                   kernel_ratio=r["kernel_ratio"], private_syncs=ops["private"]["syncs"])
+    if "time_s" not in r:
         return row
     t = r["time_s"]
     row.update(plain_s=t["plain"]["median"], plain_iqr=t["plain"]["iqr"], private_s=t["private"]["median"],
@@ -555,12 +650,13 @@ COLUMNS = (("family", "family"), ("E", "E"), ("k", "k"), ("T", "T"), ("B", "B"),
            ("paired_ratio", "paired x"), ("cpu_ratio", "cpu x"),
            ("mem_plain_mb", "plain MB"), ("mem_private_mb", "private MB"), ("mem_ratio", "mem x"),
            ("mem_tensor", "tensor mem x"),
-           ("mem_total", "mem total x"), ("error", "error"))
+           ("mem_total", "mem total x"), ("plain_ops", "plain ops"), ("private_ops", "private ops"),
+           ("ops_ratio", "ops x"), ("kernel_ratio", "kernels x"), ("private_syncs", "syncs"), ("error", "error"))
 
 
 def report_table(results: Sequence[dict]) -> str:
     rows = [_row(r) for r in results]
-    cols = [c for c in COLUMNS if c[0] != "error" or any("error" in r for r in rows)]
+    cols = [c for c in COLUMNS if c[0] in ("family", "E", "k", "T", "B") or any(c[0] in r for r in rows)]
     return _common.format_table(rows, cols)
 
 
@@ -593,13 +689,37 @@ def _engine_revision() -> dict:
 
 
 def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeout: float = 600.0,
-                  log: Callable[[str], None] = print) -> dict:
-    """Run every configuration (each in a fresh subprocess unless ``in_process``) and collect the JSON."""
+                  log: Callable[[str], None] = print, partial_out: Path | None = None) -> dict:
+    """Run every configuration (each in a fresh subprocess unless ``in_process``) and collect the JSON.
+
+    ``partial_out``: the report so far is written there after every configuration (``"complete":
+    false`` until the last), so a run stopped at any point leaves its results."""
     import torch
 
     results = []
     load_at_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     t_start = time.perf_counter()
+    revision = _engine_revision()
+
+    def report(complete: bool) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "benchmark": "engine_speed",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "complete": complete,
+            "wall_s": time.perf_counter() - t_start,
+            "threads": configs[0].threads if configs else None,
+            "in_process": in_process,
+            "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                            "machine": platform.machine(), "processor": platform.processor(),
+                            "cpu_count": os.cpu_count(), "load_avg_at_start": load_at_start,
+                            "load_avg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                            "cuda": torch.version.cuda,
+                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                            **revision},
+            "results": results,
+        }
+
     for cfg in configs:
         t0 = time.perf_counter()
         if in_process:
@@ -611,23 +731,19 @@ def run_benchmark(configs: Sequence[Config], *, in_process: bool = False, timeou
             result = _common.run_worker(Path(__file__), {"config": asdict(cfg)}, timeout=timeout)
             result.setdefault("config", asdict(cfg))
         results.append(result)
-        summary = (f"time x{result['time_ratio']:.2f} mem x{result['mem_ratio'] or math.nan:.2f}"
-                   if "error" not in result else "ERROR " + result["error"].splitlines()[-1][:200])
+        if "error" in result:
+            summary = "ERROR " + result["error"].splitlines()[-1][:200]
+        elif "time_ratio" in result:
+            summary = f"time x{result['time_ratio']:.2f} mem x{result['mem_ratio'] or math.nan:.2f}"
+        else:
+            summary = ""
+        if "aten_op_ratio" in result:
+            summary += f" ops x{result['aten_op_ratio']:.2f} kernels x{result['kernel_ratio']:.2f}"
         log(f"[{time.perf_counter() - t0:6.1f}s] {cfg.label}: {summary}")
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "benchmark": "engine_speed",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "wall_s": time.perf_counter() - t_start,
-        "threads": configs[0].threads if configs else None,
-        "in_process": in_process,
-        "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "machine": platform.machine(), "processor": platform.processor(),
-                        "cpu_count": os.cpu_count(), "load_avg_at_start": load_at_start,
-                        "load_avg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-                        **_engine_revision()},
-        "results": results,
-    }
+        if partial_out is not None:
+            partial_out.parent.mkdir(parents=True, exist_ok=True)
+            partial_out.write_text(json.dumps(report(False), indent=1) + "\n")
+    return report(True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -660,8 +776,12 @@ def add_arguments(p: argparse.ArgumentParser, *, quick_default: bool = False) ->
                    help="families whose base config also gets torch.profiler top ops (default: all; quick: none)")
     p.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: steps synchronised, peak CUDA memory")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and activations")
+    p.add_argument("--dtype", nargs="+", choices=("float32", "bfloat16"), default=["float32"],
+                   help="weights and activations; several: every configuration in each, in one run")
     p.add_argument("--in-process", action="store_true", help="run configurations in this process (no subprocess)")
+    p.add_argument("--ops-only", action="store_true",
+                   help="only count the ATen ops (kernels) of the plain and the private step: no timing, no memory "
+                        "(a device-free proxy of GPU launch overhead; every run also records them)")
     p.add_argument("--out", type=Path, default=None, help=f"JSON output path (default {DEFAULT_OUT}; quick: none)")
 
 
@@ -670,14 +790,22 @@ def configs_from_args(args: argparse.Namespace) -> list[Config]:
     sweep = args.sweep_families if args.sweep_families is not None else ([] if quick else ["switch_transformers",
                                                                                             "olmoe"])
     profile = args.profile if args.profile is not None else ([] if quick else list(args.families))
+    dtypes = [args.dtype] if isinstance(args.dtype, str) else list(args.dtype)
+    # the Opacus reference (float32 only) once, with the first dtype
+    return [cfg for i, dtype in enumerate(dtypes)
+            for cfg in _plan_from_args(args, quick, sweep, profile, dtype, opacus=not args.no_opacus and i == 0)]
+
+
+def _plan_from_args(args: argparse.Namespace, quick: bool, sweep: list, profile: list, dtype: str, *,
+                    opacus: bool) -> list[Config]:
     return plan(quick=quick, families=args.families, sweep_families=sweep,
                 experts=args.experts or ([2, 4] if quick else [4, 8, 16, 32, 64]),
                 seq_lens=args.seq_lens or ([8, 16] if quick else [32, 64, 128, 512]),
                 top_ks=args.top_ks if args.top_ks is not None else ([] if quick else [6, 8]),
                 real=args.real if args.real is not None else ([] if quick else list(REAL_SHAPES)),
                 warmup=args.warmup, reps=args.reps or (2 if quick else 4), sweep_reps=args.sweep_reps or (1 if quick else 4),
-                threads=args.threads, profile=profile, opacus=not args.no_opacus, device=args.device,
-                dtype=args.dtype)
+                threads=args.threads, profile=profile, opacus=opacus, device=args.device,
+                dtype=dtype, ops_only=args.ops_only)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -690,8 +818,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_config(Config(**c))))
         return 0
     configs = configs_from_args(args)
-    out = args.out if args.out is not None else (None if args.quick else DEFAULT_OUT)
-    report = run_benchmark(configs, in_process=args.in_process, log=lambda s: print(s, flush=True))
+    out = args.out if args.out is not None else (None if args.quick else OPS_OUT if args.ops_only else DEFAULT_OUT)
+    report = run_benchmark(configs, in_process=args.in_process, log=lambda s: print(s, flush=True), partial_out=out)
     print()
     print(f"threads={report['threads']}  (ratios = median(private) / median(plain), measured in one process)")
     print(report_table(report["results"]))

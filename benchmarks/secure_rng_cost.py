@@ -51,8 +51,9 @@ def main(argv=None) -> int:
     from raptor.moe.adapters import get_adapter
     from raptor.moe.models import TinySize, build_model
     from raptor.per_sample.engine import PerRecordEngine
+    from raptor.roles.public_stats import group_denominators
     from raptor.training.plan import FixedPlan
-    from raptor.training.release import group_denominators, release_gradients
+    from raptor.training.release import release_gradients
     from raptor.training.step_plan import build_step_plan
     from raptor.training.trainable import set_trainable
 

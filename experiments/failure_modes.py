@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     p.add_argument("--model-dir", help="the pre-trained model directory (required unless --replot)")
     p.add_argument("--replot", nargs="+", type=Path, metavar="JSON",
                    help="redraw the PNG beside each diagnostics JSON, and do nothing else")
+    p.add_argument("--composition", default=None, metavar="JSON[:ROW]",
+                   help="with --replot: add this composition row (experiments/composition.py's JSON; row "
+                        "default 'raptor') to figures that lack one")
     p.add_argument("--model", choices=("warm", "random"), default="warm")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
     p.add_argument("--task", default="sst2")
@@ -52,7 +55,13 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", default=str(HERE / "results"))
     args = p.parse_args(argv)
     if args.replot:
-        return replot(args.replot, task=args.task)
+        comp = None
+        if args.composition:
+            import json
+
+            file, _, row = args.composition.partition(":")
+            comp = json.loads(Path(file).read_text())["rows"][row or "raptor"]
+        return replot(args.replot, task=args.task, composition=comp)
     if not args.model_dir:
         p.error("--model-dir is required (or --replot JSON ... to redraw figures)")
     torch.set_num_threads(args.threads)
@@ -108,6 +117,11 @@ def main(argv=None) -> int:
                 steps=raptor.plan.steps, sample_rate=raptor.plan.sample_rate, shared_ratio=args.shared_ratio,
                 head_init=args.head_init, data_rule=d.rule, seconds=time.perf_counter() - start,
                 command=" ".join(["python", "experiments/failure_modes.py", *(argv if argv is not None else sys.argv[1:])]))
+    from raptor.experiments.composition import gradient_composition
+
+    diag["composition"] = gradient_composition(  # the dense method's trainable set: what one clip sees
+        dense.model, recs["public"], trainable=[n for n, q in dense.model.named_parameters() if q.requires_grad],
+        clip=clips["dpsgd"][0])
     write_strict_json(out / f"{name}.json", diag)
     plot_failure_modes(diag, out / f"{name}.png", title=failure_modes_title(diag, args.task))
     sup = diag["suppression"]
@@ -121,14 +135,18 @@ def main(argv=None) -> int:
     return 0
 
 
-def replot(paths: list[Path], *, task: str) -> int:
-    """Redraw each JSON's figure beside it; the task comes from the JSON (older files: ``--task``)."""
+def replot(paths: list[Path], *, task: str, composition: dict | None = None) -> int:
+    """Redraw each JSON's figure beside it; the task comes from the JSON (older files: ``--task``).
+    ``composition``: a composition row (experiments/composition.py) added to JSONs that lack one."""
     import json
 
     from raptor.experiments.diagnostics import failure_modes_title, plot_failure_modes
 
     for path in paths:
         diag = json.loads(path.read_text())
+        if composition is not None and "composition" not in diag:
+            diag["composition"] = composition
+            path.write_text(json.dumps(diag, indent=1), encoding="utf-8")
         out = plot_failure_modes(diag, path.with_suffix(".png"), title=failure_modes_title(diag, diag.get("task", task)))
         print(f"wrote {out}")
     return 0

@@ -46,6 +46,7 @@ from raptor.training.config import METHODS
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # --results-dir replaces it
 DP_METHODS = tuple(m for m in METHODS if m != "nonprivate")
+GRID_METHODS = (*METHODS, "raptor-split")
 
 # ------------------------------------------------------------------------------------------------
 # The search space: the same number of configurations for every method (matched budget).
@@ -94,16 +95,51 @@ SHARED_RATIO_RAPTOR_SPACE = tuple({**c, "shared_ratio": 0.9} for c in RAPTOR_SPA
 #: over all its tokens) gets a gradient only when the last token routes to it; an early layer's
 #: experts reach the pooled token at every position through attention.
 FIRST_LAYER_RAPTOR_SPACE = tuple({**c, "layers": "0"} for c in SHARED_RATIO_RAPTOR_SPACE)
+#: ``--space paper``: the reference's protocol (issue 22; ``raptor.training.config.reference_recipe``):
+#: the roles-built methods (dpsgd, dpsgd-full, raptor, and the non-private ceiling) train LoRA r 8 on
+#: attention and on the experts of the LAST MoE layer (dpsgd-full: of every layer) with the label-word
+#: head FROZEN; dp-lora and last-layer keep their own definitions (their head trained, as it made
+#: last-layer the best baseline so far); ``raptor-split`` is RAPTOR with the head trained in its own
+#: clipping group of the shared stream (``--shared-split head``). Every DP method: the same two
+#: learning rates, C from the public median norm of its own groups; RAPTOR at the reference's shared
+#: ratio 0.3 with the per-expert median-ratio clip rule.
+PAPER_PROTOCOL = {"lora": True, "freeze_head": True, "layers": "last"}
+PAPER_SPACES = {
+    "nonprivate": tuple({**PAPER_PROTOCOL, "lr": lr} for lr in (1e-3, 3e-3)),
+    "roles": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median"} for lr in LRS),
+    "own-head": tuple({"lr": lr, "clip": "pub-median"} for lr in LRS),
+    "raptor": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median", "shared_ratio": 0.3,
+                     "clip_rule": "median-ratio"} for lr in LRS),
+    "raptor-split": tuple({**PAPER_PROTOCOL, "freeze_head": False, "shared_split": "head", "lr": lr,
+                           "clip": "pub-median", "shared_ratio": 0.3, "clip_rule": "median-ratio"} for lr in LRS),
+}
+#: grid methods that are a library method with fixed settings (their own row in every table)
+VARIANTS = {"raptor-split": "raptor"}
+
+
+def library_method(method: str) -> str:
+    """The library method a grid method runs (``raptor-split`` is ``raptor`` with its settings)."""
+    return VARIANTS.get(method, method)
+
+
+def paper_space(method: str) -> tuple[dict, ...]:
+    if method in ("nonprivate", "raptor", "raptor-split"):
+        return PAPER_SPACES[method]
+    return PAPER_SPACES["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
+
+
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
 #: ``expert-lr``, ``shared-ratio-0.9``, ``first-layer``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr")
+SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper")
 #: RAPTOR's space under each tuned ``--space``
 RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
                  "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE, "first-layer": FIRST_LAYER_RAPTOR_SPACE}
 
 
 def search_space(method: str) -> tuple[dict, ...]:
+    if SPACE == "paper":
+        return paper_space(method)[:CONFIGS]
     if SPACE == "demo-expert-lr" and method == "raptor":
         return DEMO_EXPERT_LR_RAPTOR
     if SPACE in ("demo", "demo-expert-lr"):
@@ -249,7 +285,7 @@ def records_of(model_dir: str, task: str, data_dir: str, public_size: int, selec
 # ------------------------------------------------------------------------------------------------
 
 
-def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int) -> dict:
+def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int, device: str = "cpu") -> dict:
     """{group key: unclipped per-record norms on the public records} from a built trainer's engine.
 
     Privacy: public records only (the engine is the one the private run will use; its weights are
@@ -259,7 +295,7 @@ def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int) -> dic
     engine = trainer.engine
     keys = list(engine.group_map.keys)
     out: dict = {k: [] for k in keys}
-    for batch in batches(public, micro, "cpu"):
+    for batch in batches(public, micro, device):
         res = engine.compute(batch, {k: math.inf for k in keys})
         for k in keys:
             n = res.norms[k].detach().double()
@@ -279,12 +315,15 @@ def calibration_norms(cell: Cell, fx: Fixed, build) -> tuple[torch.Tensor, torch
     p = cell.params
     seeded = cell.model.startswith("random(") or p["head"] == "random"
     key = (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"], p.get("layers", "auto"),
+           p.get("lora", False), p.get("freeze_head", False), p.get("shared_split", "none"),
            cell.seed if seeded else None)
     if key not in _NORMS:
         probe = build(1.0, 1.0)
         norms = public_norms(probe, records_of(fx.model_dir, cell.task, fx.data_dir, p["n_pub"], p["n_sel"],
-                                               p["n_train"] or None, p["max_len"])["public"], fx.micro_batch_size)
-        shared = torch.cat([v for k, v in norms.items() if not k.is_expert])
+                                               p["n_train"] or None, p["max_len"])["public"], fx.micro_batch_size,
+                             fx.device)
+        # the shared (or dense) stream's per-record norm: over all its groups (head and backbone when split)
+        shared = torch.stack([v for k, v in norms.items() if not k.is_expert]).pow(2).sum(0).sqrt()
         experts = [v for k, v in norms.items() if k.is_expert]
         _NORMS[key] = (shared, torch.cat(experts) if experts else torch.zeros(0, dtype=torch.float64))
     return _NORMS[key]
@@ -323,6 +362,7 @@ class Fixed:
     delta: float = 1e-5
     head: str = "label-words"
     micro_batch_size: int = 64
+    device: str = "cpu"  # not in the cells' hparams: where a cell runs does not change what it is
 
     def hparams(self) -> dict:
         return {"n_pub": self.public_size, "n_sel": self.selection_size, "n_train": self.max_train or 0,
@@ -336,12 +376,14 @@ def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
     privacy = PrivacyConfig(epsilon=None if cell.method == "nonprivate" else cell.epsilon, delta=fx.delta,
                             clip_shared=clip_shared, clip_expert=clip_expert,
                             clip_rule=p.get("clip_rule", "uniform"), shared_ratio=p.get("shared_ratio", 0.3),
-                            secure_rng=False)
-    return TrainConfig(method=cell.method, epochs=p["epochs"], batch_size=p["B"], seed=cell.seed,
+                            shared_split=p.get("shared_split", "none"), secure_rng=False)
+    return TrainConfig(method=library_method(cell.method), epochs=p["epochs"], batch_size=p["B"], seed=cell.seed,
+                       lora=bool(p.get("lora", False)), freeze_head=bool(p.get("freeze_head", False)),
                        output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers=_layers(p.get("layers", "auto")),
                        eval_every=0,
                        max_length=p["max_len"], privacy=privacy,
-                       performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256),
+                       performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256,
+                                                     device=fx.device),
                        optim=OptimConfig(name=p.get("opt", "adamw"), lr=p["lr"], lr_expert=p.get("lr_expert"),
                                          weight_decay=0.01 if p.get("opt", "adamw") == "adamw" else 0.0))
 
@@ -349,7 +391,7 @@ def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
 def _layers(spec: str) -> str | tuple[int, ...]:
     """A cell's ``layers`` hparam: ``"auto"`` or comma-separated MoE layer indices (a string, so that
     the cell stays hashable)."""
-    return "auto" if spec == "auto" else tuple(int(v) for v in str(spec).split(","))
+    return spec if spec in ("auto", "last") else tuple(int(v) for v in str(spec).split(","))
 
 
 def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
@@ -570,7 +612,10 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
               and best.get(_group_of(r)) == dict(r["cell"]["hparams"])]
     summary = summarize_records(finals)
     # verdicts only between groups with every final seed (a stopped grid leaves some groups short)
-    verdicts = margins({k: v for k, v in summary.items() if v["n"] >= len(args.seeds)})
+    complete = {k: v for k, v in summary.items() if v["n"] >= len(args.seeds)}
+    # RAPTOR and its variant are each compared with the best OTHER DP method (never with each other)
+    verdicts = margins(complete, exclude=("nonprivate", *VARIANTS)) + \
+        margins(complete, method="raptor-split", exclude=("nonprivate", "raptor"))
     tables, plots = [], []
     settings = sorted({(k[0], k[1]) for k in summary})
     for model, task in settings:
@@ -584,7 +629,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
             tune_rows.setdefault(" / ".join(str(v) for v in g), []).append(
                 {"hparams": r["cell"]["hparams"], "seed": r["cell"]["seed"],
                  "selection_metric": r["result"]["selection_metric"], "calibrated_clips": r["result"].get("calibrated_clips")})
-    verdict_lines = [f"- {v['model']} / {v['task']} / eps {v['epsilon']}: raptor {v['mean']:.3f} ± {v['std']:.3f} vs "
+    verdict_lines = [f"- {v['model']} / {v['task']} / eps {v['epsilon']}: {v['method']} {v['mean']:.3f} ± {v['std']:.3f} vs "
                      f"{v['best_baseline']} {v['baseline_mean']:.3f} ± {v['baseline_std']:.3f}: margin "
                      f"{v['margin']:+.3f} (se {v['margin_se']:.3f}) -> {v['verdict']}" for v in verdicts]
     out = {
@@ -602,8 +647,8 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
                       "convention, as raptor train's --public-size slice), never on the dev split; the final "
                       "cells rerun the selected configuration with fresh seeds and report dev"),
         "space": SPACE,
-        "search_space": {m: list(search_space(m)) for m in METHODS},
-        "configs_per_dp_method": check_matched_budget([m for m in METHODS]),
+        "search_space": {m: list(search_space(m)) for m in args.methods},
+        "configs_per_dp_method": check_matched_budget(list(args.methods)),
         "selected": {" / ".join(str(v) for v in g): h for g, h in best.items()},
         "summary": [dict(v) for v in summary.values()],
         "margins": verdicts,
@@ -662,7 +707,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", default=["warm"], choices=("warm", "random"))
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
     p.add_argument("--tasks", nargs="+", default=["sst2"])
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=GRID_METHODS)
     p.add_argument("--epsilons", nargs="+", type=float, default=[0.5, 1.0, 3.0, 8.0])
     p.add_argument("--delta", type=float, default=1e-5, help="one fixed delta for every cell (default 1e-5)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="final-stage seeds")
@@ -676,6 +721,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-init", choices=("random", "label-words"), default="label-words")
     p.add_argument("--micro-batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda)")
     p.add_argument("--shard", default="0/1", help="K/N: run the groups with index %% N == K (own JSONL file)")
     p.add_argument("--stop-at", default=None, help="HH:MM UTC: start no new cell after this time")
     p.add_argument("--on-error", choices=("raise", "record"), default="record")
@@ -686,7 +732,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "expert stream at lr / 8 in each of its configurations; the other methods' cells are "
                         "shared with default), shared-ratio-0.9 (the same, RAPTOR's shared ratio 0.9 instead "
                         "of 0.3), first-layer (shared-ratio-0.9 with RAPTOR on MoE layer 0), demo (one fixed configuration per method, the raptor demo's "
-                        "recipe; no tuning stage) or demo-expert-lr (the same, RAPTOR's expert lr / 8)")
+                        "recipe; no tuning stage), demo-expert-lr (the same, RAPTOR's expert lr / 8) or paper "
+                        "(the reference's protocol: frozen label-word head, LoRA in both streams, last MoE layer; "
+                        "with --max-train 0 --batch-size 1024 --epochs 3 the issue-22 table)")
     p.add_argument("--summary-name", default=None,
                    help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "
                         "one grid summarised under two --space choices needs two names")
@@ -721,7 +769,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fx = Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=args.public_size,
                selection_size=args.selection_size, max_train=args.max_train or None, max_length=args.max_length,
                batch_size=args.batch_size, epochs=args.epochs, delta=args.delta, head=args.head_init,
-               micro_batch_size=args.micro_batch_size)
+               micro_batch_size=args.micro_batch_size, device=args.device)
     if args.plan:
         plan(args, fx)
     elif args.summarize:

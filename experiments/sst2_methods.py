@@ -62,7 +62,7 @@ def train_in_process(flags: list[str]) -> dict:
     """One run with ``raptor train``'s flags, through the library: data, model, fine_tune, results.json."""
     from raptor.cli.train import add_arguments, config_from_args, data_source, model_source, write_results
     from raptor.mechanisms import GeneratorSpec
-    from raptor.training.fine_tune import fine_tune
+    from raptor.training.fine_tune import run_fine_tune
     from raptor.training.loaders import load_model_and_tokenizer
 
     parser = argparse.ArgumentParser()
@@ -73,8 +73,8 @@ def train_in_process(flags: list[str]) -> dict:
     config = config_from_args(args, len(data.private))  # --batch-size default: N/10
     init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
-    out = fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
-                    public_source=data.public_source, progress=False)
+    out = run_fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
+                        public_source=data.public_source, progress=False)
     results = dict(out.results, model=args.model,
                    num_trainable_parameters=sum(p.numel() for p in out.trainer.params.values()))
     config.output_path.mkdir(parents=True, exist_ok=True)

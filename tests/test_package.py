@@ -31,11 +31,18 @@ ALLOWED: dict[str, set[str]] = {
     "moe": {"roles", "shipped"},
     "per_sample": {"moe", "roles"},
     "pretrain": {"data", "errors", "mechanisms", "moe", "roles", "shipped"},
-    "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample"},
+    # shipped: a bottom leaf (data imports it too); training names the shipped models for the CLI
+    "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "shipped"},
     "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
     "experiments": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "cli": {"pretrain", "shipped", "accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training", "audit", "experiments"},
+    # the thin CLI (DESIGN.md section 2): it reaches the engine (per_sample, moe, mechanisms, roles) only
+    # through training, so that every run goes through one library function
+    "cli": {"training", "data", "accounting", "audit", "pretrain"},
 }
+#: what the CLI must never import, whatever ALLOWED says (issue 25)
+CLI_FORBIDDEN = {"per_sample", "moe", "mechanisms", "roles", "shipped", "evaluation"}
+#: the steps of a run's assembly: only the library's run_fine_tune calls them, never a CLI module
+ASSEMBLY = {"build_trainer", "start_run", "continue_run", "fingerprint"}
 
 
 def test_import_raptor_has_no_side_effects():
@@ -72,6 +79,87 @@ def test_dependencies_run_downward_only():
             for target in _raptor_imports(path) - allowed - {package} - LEAVES:
                 violations.append(f"{path.relative_to(SRC)} imports raptor.{target}")
     assert violations == [], "\n".join(violations)
+
+
+def test_the_cli_never_reaches_the_engine_directly():
+    assert not ALLOWED["cli"] & CLI_FORBIDDEN
+    found = [f"{p.relative_to(SRC)} imports raptor.{t}" for p in sorted((SRC / "cli").rglob("*.py"))
+             for t in _raptor_imports(p) & CLI_FORBIDDEN]
+    assert found == [], "\n".join(found)
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The raptor modules ``path`` imports (anywhere in the file, lazily or not), dotted."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("raptor.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("raptor"):
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}  # `from raptor.cli import train`
+    return out
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        modules[name] = path
+    return {name: {m for m in _module_imports(path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), i.e. import cycles."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    # a package __init__ importing its own submodules (lazy exports) is not a cycle: drop parent -> child
+    graph = {m: {t for t in deps if not t.startswith(m + ".")} for m, deps in _module_graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_no_cli_module_assembles_a_run():
+    # build_trainer / start_run / fingerprint belong to raptor.training.fine_tune.run_fine_tune, the
+    # one library function both objectives of `raptor train` go through
+    found = []
+    for path in sorted((SRC / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("raptor"):
+                found += [f"{path.name}: {a.name}" for a in node.names if a.name in ASSEMBLY]
+    assert found == [], found
 
 
 def test_every_subpackage_is_covered_by_the_layering_rule():

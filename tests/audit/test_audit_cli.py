@@ -3,6 +3,8 @@ JSON and a PNG; the one-run audit trains with the real trainer on a tiny run."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -29,11 +31,30 @@ def test_mechanism_audit_cli_writes_json_and_png(tmp_path, capsys):
     assert (tmp_path / "scores.png").stat().st_size > 1000
 
 
-def test_one_run_cli_on_a_tiny_seeded_run(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def tiny_inputs(tmp_path_factory):
+    """The tiny run's inputs, loaded once through ``load_run_inputs`` (the CLI's path) for both tests;
+    the public corpus cut to 120 records (its routing is redone by every run)."""
+    loaded = load_run_inputs(OneRunConfig(canaries=40, train_args=TINY_RUN,
+                                          output_dir=str(tmp_path_factory.mktemp("one-run"))))
+    return dataclasses.replace(loaded, public={k: v[:120] for k, v in loaded.public.items()})
+
+
+def _fresh(inputs, **config):
+    return dataclasses.replace(inputs, model=copy.deepcopy(inputs.model),
+                               config=dataclasses.replace(inputs.config, **config))
+
+
+def test_one_run_cli_on_a_tiny_seeded_run(tmp_path, capsys, monkeypatch, tiny_inputs):
+    import raptor.cli.audit as cli_audit
+
+    seen = []
+    monkeypatch.setattr(cli_audit, "load_run_inputs", lambda cfg: seen.append(cfg) or _fresh(tiny_inputs))
     rc = main(["audit", "one-run", "--canaries", "40", "--no-progress", "--output-dir", str(tmp_path), "--",
                *TINY_RUN])
     out = capsys.readouterr().out
     assert rc == 0 and "NOT secure" in out
+    assert seen[0].train_args == TINY_RUN and seen[0].canaries == 40 and seen[0].canary_kind == "input"
     assert out.count("epsilon lower bound") == 2  # loss and gradient scores
     data = json.loads((tmp_path / "audit.json").read_text())
     assert data["audit"] == "one-run" and 0 < data["included"] < 40
@@ -41,9 +62,9 @@ def test_one_run_cli_on_a_tiny_seeded_run(tmp_path, capsys):
     assert (tmp_path / "scores.png").exists()
 
 
-def test_one_run_trains_on_the_included_canaries_only(tmp_path):
+def test_one_run_trains_on_the_included_canaries_only(tmp_path, tiny_inputs):
     cfg = OneRunConfig(method="dpsgd", canaries=30, train_args=TINY_RUN, output_dir=str(tmp_path / "run"))
-    res = run_one_run_audit(cfg, load_run_inputs(cfg))
+    res = run_one_run_audit(cfg, _fresh(tiny_inputs, method="dpsgd", output_dir=str(tmp_path / "run")))
     ins, outs = res.scores["loss"]
     assert ins.size == res.included and ins.size + outs.size == 30
     assert res.train_records == 300 + res.included  # the trainer saw the private records plus the included canaries

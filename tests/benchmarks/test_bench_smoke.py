@@ -53,6 +53,10 @@ def test_quick_run_schema(bench, tmp_path):
         assert {"forward", "backward"} <= set(r["phases_s"]["plain"])
         assert r["helpers_s"] and sum(r["helpers_calls"].values()) > 0
         assert set(r["helpers_s"]) == set(r["helpers_calls"])
+        ops = r["aten_ops"]  # the device-free kernel-count proxy (issue 23)
+        assert ops["plain"]["kernels"] > 0 and ops["private"]["kernels"] > 0
+        assert math.isclose(r["kernel_ratio"], ops["private"]["kernels"] / ops["plain"]["kernels"])
+        assert math.isclose(r["aten_op_ratio"], ops["private"]["all"] / ops["plain"]["all"])
     assert results[1]["config"]["num_experts"] == 2 and results[2]["config"]["seq_len"] == 8
     assert results[0]["num_groups"] == 1 + 2 * 4  # shared + (2 layers x 4 experts)
     prof = results[0]["profile"]["private"]

@@ -60,12 +60,16 @@ def test_vl2_trains_under_dp_and_generates(vl2_files, tmp_path, method, extra, c
 def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_path):
     from raptor.cli.main import build_parser
     from raptor.cli.train import config_from_args
-    from raptor.cli.train_generate import load_vqa_run
+    from raptor.cli.train_generate import generate_source
     from raptor.training.build import build_trainer
     from raptor.training.generate import GenerativeObjective
+    from raptor.training.generate_inputs import encode_generative, read_generate_inputs
 
     args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts"])
-    model, tok, train, public, val, ev, _ = load_vqa_run(args, torch.Generator().manual_seed(0))
+    inputs = read_generate_inputs(generate_source(args), torch.Generator().manual_seed(0))
+    model, tok = inputs.model, inputs.tokenizer
+    train, public, val, ev = encode_generative(model, tok, inputs.private, inputs.public, inputs.dev,
+                                               max_length=args.max_length, max_new_tokens=args.max_new_tokens)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer = build_trainer(config_from_args(args), model, train=train, validation=val, public=public,
                             objective=GenerativeObjective(evaluation=ev, tokenizer=tok, freeze_shared_experts=True))

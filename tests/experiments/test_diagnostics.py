@@ -47,6 +47,12 @@ def test_diagnostics_report(family, tmp_path):
     pytest.importorskip("matplotlib")
     out = plot_failure_modes(diag, tmp_path / "f.png", title=family)
     assert out.stat().st_size > 1000
+    from raptor.experiments.composition import gradient_composition
+
+    diag["composition"] = gradient_composition(model, {k: torch.cat([b[k] for b in batches]) for k in batches[0]},
+                                               max_records=4)
+    with_panel = plot_failure_modes(diag, tmp_path / "g.png", title=family)  # four panels, composition first
+    assert with_panel.stat().st_size > out.stat().st_size
 
 
 def test_small_shares_get_their_power_of_ten_in_the_axis_label():

@@ -107,3 +107,28 @@ def test_concat_owners_and_routing_table():
     assert torch.equal(owners[0], torch.tensor([0, 1, 1])) and torch.equal(owners[1], torch.tensor([2, 2, 0]))
     table = ps.routing_table(owners, {0: 2, 1: 3})
     assert [t.layer for t in table] == [0, 1] and [t.num_experts for t in table] == [2, 3]
+
+
+def test_n_hat_has_one_home_and_only_that_module_claims_it():
+    """Issue 25: the public denominators are set up in roles/public_stats.py alone (not in the per-step
+    release), and no other docstring claims to be "the one place" they are computed."""
+    import re
+    from pathlib import Path
+
+    import raptor
+    from raptor.roles.groups import GroupKey
+    from raptor.training import release
+
+    assert ps.group_denominators.__module__ == "raptor.roles.public_stats"
+    assert not hasattr(release, "group_denominators")
+    src = Path(raptor.__file__).parent
+    claims = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
+                    for m in re.finditer(r"one\s+place|nowhere\s+else|computed\s+only", p.read_text())
+                    if "n_hat" in p.read_text()[max(0, m.start() - 200):m.end() + 200])
+    assert claims == ["roles/public_stats.py"]
+    keys = [GroupKey.shared(), GroupKey.expert(0, 0), GroupKey.expert(0, 1)]
+    dens = ps.group_denominators(keys, batch_size=10, shares={0: [0.25, 0.75]}, kind="public")
+    assert dens == {keys[0]: 10.0, keys[1]: 2.5, keys[2]: 7.5}
+    assert ps.group_denominators(keys, batch_size=10, shares=None, kind="uniform")[keys[2]] == 5.0
+    with pytest.raises(ConfigError, match="public owner shares of layer 0"):
+        ps.group_denominators(keys, batch_size=10, shares=None, kind="public")

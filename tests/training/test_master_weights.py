@@ -7,10 +7,10 @@ import pytest
 import torch
 from toy_engine import ListLedger, ToyEngine, ToyMoE, toy_records
 
+from raptor.roles.public_stats import group_denominators
 from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
 from raptor.training.master_weights import MasterWeightOptimizer, master_copies, with_master_weights
 from raptor.training.plan import FixedPlan
-from raptor.training.release import group_denominators
 from raptor.training.step_plan import build_step_plan
 from raptor.training.trainer import Trainer
 

@@ -13,10 +13,10 @@ import pytest
 
 from raptor.errors import ConfigError
 from raptor.roles.groups import GroupKey, ParamSlice
+from raptor.roles.public_stats import group_denominators
 from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
 from raptor.training.methods import METHOD_SPECS
 from raptor.training.plan import FixedPlan, make_noise_plan
-from raptor.training.release import group_denominators
 from raptor.training.step_plan import accounted_sigma, build_step_plan
 
 N, B, E = 400, 40, 4

@@ -11,9 +11,10 @@ from toy_engine import E, ListLedger, ToyEngine, ToyMoE, toy_records
 
 from raptor.errors import BudgetExceededError
 from raptor.mechanisms import seeded_generator
+from raptor.roles.public_stats import group_denominators
 from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
 from raptor.training.plan import FixedPlan
-from raptor.training.release import group_denominators, release_gradients
+from raptor.training.release import release_gradients
 from raptor.training.step_plan import build_step_plan
 from raptor.training.trainer import Trainer
 

@@ -159,22 +159,7 @@ def epsilon_of(counts: Counts, delta: float, *, accountant: str = "pld", adjacen
     An empty composition releases nothing: epsilon 0.
     """
     check_delta(delta)
-    check_accountant(accountant)
-    check_adjacency(adjacency)
-    if not counts:
-        return 0.0
-    key = ("eps", counts, float(delta), accountant, adjacency, value_discretization_interval)
-    hit = _RESULTS.get(key)
-    if hit is not None:
-        return hit
-    if accountant == "pld":
-        eps = composed_pld(counts, adjacency, value_discretization_interval).get_epsilon_for_delta(delta)
-    else:
-        orders, rdp = rdp_curve(counts, adjacency)
-        eps = rdp_lib.compute_epsilon(orders, rdp, delta)[0]
-    result = float(max(eps, 0.0))
-    _RESULTS.put(key, result)
-    return result
+    return _bound("epsilon", counts, delta, accountant, adjacency, value_discretization_interval)
 
 
 def delta_of(counts: Counts, epsilon: float, *, accountant: str = "pld", adjacency: str = "add-remove",
@@ -183,19 +168,28 @@ def delta_of(counts: Counts, epsilon: float, *, accountant: str = "pld", adjacen
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
             or epsilon < 0:
         raise ConfigError(f"epsilon={epsilon!r} must be a finite number >= 0.")
+    return _bound("delta", counts, epsilon, accountant, adjacency, value_discretization_interval)
+
+
+def _bound(solve_for: str, counts: Counts, given: float, accountant: str, adjacency: str,
+           value_discretization_interval: float) -> float:
+    """The cached PLD or RDP bound of ``counts``: epsilon at delta ``given`` (``solve_for="epsilon"``)
+    or delta at epsilon ``given`` (``"delta"``, clipped to [0, 1]); 0 for an empty composition."""
     check_accountant(accountant)
     check_adjacency(adjacency)
     if not counts:
         return 0.0
-    key = ("delta", counts, float(epsilon), accountant, adjacency, value_discretization_interval)
+    key = (solve_for, counts, float(given), accountant, adjacency, value_discretization_interval)
     hit = _RESULTS.get(key)
     if hit is not None:
         return hit
     if accountant == "pld":
-        d = composed_pld(counts, adjacency, value_discretization_interval).get_delta_for_epsilon(epsilon)
+        pld = composed_pld(counts, adjacency, value_discretization_interval)
+        value = pld.get_epsilon_for_delta(given) if solve_for == "epsilon" else pld.get_delta_for_epsilon(given)
     else:
         orders, rdp = rdp_curve(counts, adjacency)
-        d = rdp_lib.compute_delta(orders, rdp, epsilon)[0]
-    result = float(min(max(d, 0.0), 1.0))
+        compute = rdp_lib.compute_epsilon if solve_for == "epsilon" else rdp_lib.compute_delta
+        value = compute(orders, rdp, given)[0]
+    result = float(max(value, 0.0)) if solve_for == "epsilon" else float(min(max(value, 0.0), 1.0))
     _RESULTS.put(key, result)
     return result

@@ -65,6 +65,7 @@ from raptor.accounting.events import (
     check_delta,
     check_epsilon,
     check_sample_rate,
+    check_steps,
 )
 from raptor.accounting.ledger import PrivacyLedger
 from raptor.accounting.rules import (
@@ -324,6 +325,8 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
         total_steps = math.ceil(steps_per_epoch * epochs - 1e-9)
     else:
         total_steps = check_count(steps, "steps")
+    check_steps(total_steps, f"--epochs {epochs:g} of N={dataset_size} records at B={batch_size}"
+                if epochs is not None else f"--steps {steps}")
     if delta is None:
         delta_value, delta_is_default = default_delta(dataset_size), True
     else:

@@ -56,11 +56,15 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
-from raptor.audit.bounds import ThresholdBound, threshold_audit
+from raptor.audit.bounds import MIN_ERRORS, ThresholdBound, threshold_audit
 from raptor.errors import ConfigError
 
 VARIANTS = ("correct", "noise-4x-too-small", "realized-count-denominator", "non-owner-update", "per-stream-sum")
 STREAMS = ("joint", "shared", "expert")
+#: The audit's noise stream: a seeded torch generator, or the AES-256-CTR stream of secure runs
+#: (:class:`raptor.mechanisms.AesCtrGenerator`, keyed from the OS: its draws are not reproducible,
+#: so an ``aes-ctr`` audit's bound varies a little from run to run).
+GENERATORS = ("torch", "aes-ctr")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,10 @@ class MechanismAuditConfig:
     clip_fraction: float = 0.5      # C_g = this x the canary's gradient norm in g (so the canary is clipped)
     seed: int = 0
     chunk: int = 5_000
+    noise_divisor: float = 1.0      # > 1 plants a bug for the power curve: released sigma / f, claim unchanged
+    divided_streams: str = "joint"  # whose released noise ``noise_divisor`` divides: both streams, or one
+    generator: str = "torch"        # the noise stream: a seeded torch generator, or "aes-ctr" (secure runs' own)
+    min_errors: int = MIN_ERRORS    # the threshold's fewest fitting-sample errors (bounds.MIN_ERRORS)
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -102,6 +110,12 @@ class MechanismAuditConfig:
                 raise ConfigError(f"{name} must be >= 100, got {getattr(self, name)!r}")
         if not 1 <= self.background_owners <= self.background:
             raise ConfigError("background_owners must be in [1, background]")
+        if not (self.noise_divisor > 0 and math.isfinite(self.noise_divisor)):
+            raise ConfigError(f"noise_divisor must be finite and > 0, got {self.noise_divisor!r}")
+        if self.divided_streams not in STREAMS:
+            raise ConfigError(f"divided_streams must be one of {', '.join(STREAMS)}, got {self.divided_streams!r}")
+        if self.generator not in GENERATORS:
+            raise ConfigError(f"--generator must be one of {', '.join(GENERATORS)}, got {self.generator!r}")
 
 
 @dataclass
@@ -202,7 +216,7 @@ def _prepare(cfg: MechanismAuditConfig) -> _Setup:
     from raptor.per_sample.engine import PerRecordEngine
     from raptor.roles import public_stats as ps
     from raptor.roles.groups import GroupKey
-    from raptor.training.release import group_denominators
+    from raptor.roles.public_stats import group_denominators
 
     model = _tiny_model(cfg.seed, cfg.layer)
     real = PerRecordEngine(model, trained_layers=(cfg.layer,), grouping="roles")
@@ -264,14 +278,15 @@ def _step_epsilon(q: float, sigma: float, delta: float) -> float:
     return float(ledger.epsilon(delta))
 
 
-def _calibrate(q: float, target: float, delta: float) -> float:
-    """sigma whose one subsampled-Gaussian step has epsilon = target at delta (Brent's method in log sigma)."""
+def _calibrate(q: float, target: float, delta: float, low: float = 0.1) -> float:
+    """sigma whose one subsampled-Gaussian step has epsilon = target at delta (Brent's method in log
+    sigma on [low, 10]). A ``low`` known to be below the answer saves the slow PLD of a tiny sigma."""
     import scipy.optimize
 
     def gap(log_sigma: float) -> float:
         return _step_epsilon(q, math.exp(log_sigma), delta) - target
 
-    return math.exp(scipy.optimize.brentq(gap, math.log(0.1), math.log(10.0), xtol=1e-3))
+    return math.exp(scipy.optimize.brentq(gap, math.log(low), math.log(10.0), xtol=1e-3))
 
 
 def planned_sigmas(cfg: MechanismAuditConfig) -> tuple[float, float]:
@@ -279,8 +294,9 @@ def planned_sigmas(cfg: MechanismAuditConfig) -> tuple[float, float]:
     each stream calibrated alone to half the joint step's epsilon at the same delta."""
     from raptor.accounting.rules import split_noise_multiplier
 
-    if cfg.variant == "per-stream-sum":
-        s = _calibrate(cfg.sample_rate, _step_epsilon(cfg.sample_rate, cfg.sigma_eff, cfg.delta) / 2.0, cfg.delta)
+    if cfg.variant == "per-stream-sum":  # sigma_eff spends twice the target alone: the answer is above it
+        s = _calibrate(cfg.sample_rate, _step_epsilon(cfg.sample_rate, cfg.sigma_eff, cfg.delta) / 2.0, cfg.delta,
+                       low=cfg.sigma_eff if 0.1 < cfg.sigma_eff < 10.0 else 0.1)
         return s, s
     return split_noise_multiplier(cfg.sigma_eff, cfg.shared_ratio, 1)
 
@@ -319,6 +335,9 @@ class _Releaser:
         groups = plan.step(0).groups  # released = accounted: the plan's update 0
         if cfg.variant == "noise-4x-too-small":
             groups = tuple(replace(g, sigma=g.sigma / 4.0) for g in groups)
+        if cfg.noise_divisor != 1.0:
+            divided = {"joint": ("shared", "expert"), "shared": ("shared",), "expert": ("expert",)}[cfg.divided_streams]
+            groups = tuple(replace(g, sigma=g.sigma / cfg.noise_divisor) if g.stream in divided else g for g in groups)
         self.releases = groups
         self.silent = tuple(replace(g, sigma=0.0) for g in groups)  # the noiseless release (white-box means)
         keep = {"joint": ("shared", "expert"), "shared": ("shared",), "expert": ("expert",)}[cfg.streams]
@@ -402,14 +421,24 @@ def _fit_score(release: _Releaser, cfg: MechanismAuditConfig, gen: torch.Generat
                   {k: max(var[True][k], floor[k]) for k in keys}, {k: max(var[False][k], floor[k]) for k in keys})
 
 
+def _noise_generator(cfg: MechanismAuditConfig, gen: torch.Generator):
+    """The generator ``release_gradients`` draws the audit's noise from (see :data:`GENERATORS`):
+    ``gen`` itself (the seeded stream of the coin flips) or a fresh AES-256-CTR stream."""
+    if cfg.generator == "aes-ctr":
+        from raptor.mechanisms import AesCtrGenerator
+
+        return AesCtrGenerator("cpu")
+    return gen
+
+
 def _scores(release: _Releaser, score: _Score, cfg: MechanismAuditConfig, gen: torch.Generator,
-            world_in: bool) -> np.ndarray:
+            world_in: bool, noise=None) -> np.ndarray:
     out = []
     for start in range(0, cfg.releases, cfg.chunk):
         r = min(cfg.chunk, cfg.releases - start)
         included = (torch.rand(r, generator=gen, dtype=torch.float64) < cfg.sample_rate) if world_in \
             else torch.zeros(r, dtype=torch.bool)  # Poisson inclusion of the canary
-        x = release(included, gen)
+        x = release(included, gen if noise is None else noise)
         out.append(score(x).numpy())
     return np.concatenate(out)
 
@@ -423,11 +452,13 @@ def run_mechanism_audit(cfg: MechanismAuditConfig = MechanismAuditConfig()) -> M
     claim = claimed_epsilon(cfg, plan)
     with torch.no_grad():
         release = _Releaser(cfg, prep, plan)
-        gen = torch.Generator().manual_seed(cfg.seed + 3)
-        score = _fit_score(release, cfg, gen)
-        sel_in, sel_out = _scores(release, score, cfg, gen, True), _scores(release, score, cfg, gen, False)
-        ev_in, ev_out = _scores(release, score, cfg, gen, True), _scores(release, score, cfg, gen, False)
-    bound = threshold_audit(sel_in, sel_out, ev_in, ev_out, delta=cfg.delta, significance=cfg.significance)
+        gen = torch.Generator().manual_seed(cfg.seed + 3)  # the canary's Poisson coin flips
+        noise = _noise_generator(cfg, gen)
+        score = _fit_score(release, cfg, noise)
+        sel_in, sel_out = _scores(release, score, cfg, gen, True, noise), _scores(release, score, cfg, gen, False, noise)
+        ev_in, ev_out = _scores(release, score, cfg, gen, True, noise), _scores(release, score, cfg, gen, False, noise)
+    bound = threshold_audit(sel_in, sel_out, ev_in, ev_out, delta=cfg.delta, significance=cfg.significance,
+                            min_errors=cfg.min_errors)
     dims = {str(r.key): int(sum(math.prod(prep.background_sum[sl.name].shape[1:] if sl.index is not None
                                           else prep.background_sum[sl.name].shape)
                                 for sl in prep.engine.group_map.groups[r.key]))

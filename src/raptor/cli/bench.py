@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from raptor.errors import ConfigError
-from raptor.moe.models import FAMILIES
+from raptor.training.loaders import FAMILY_NAMES as FAMILIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +53,10 @@ def _benchmark_module(path: Path | None = None):
 def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.json and args.json != "-":
+        from raptor.cli.checks import check_output_file
+
+        check_output_file(args.json, "--json")  # before the benchmark runs (issue 26)
     if args.reps is not None and args.reps < 1:
         raise ConfigError(f"--reps must be >= 1, got {args.reps}")
     bench = _benchmark_module()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.moe.models import FAMILIES
+from raptor.training.loaders import FAMILY_NAMES as FAMILIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.per_sample.check import BF16_TOLERANCE, check_family
+    from raptor.errors import ConfigError
+    from raptor.training.engine_check import BF16_TOLERANCE, check_family
 
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
+    if args.seq_len < 2:
+        raise ConfigError(f"--seq-len must be an integer >= 2 (records hold tokens to compare), got {args.seq_len}")
     if args.tolerance is None:
         args.tolerance = BF16_TOLERANCE if args.dtype == "bfloat16" else 1e-4
     groupings = ("roles", "dense") if args.grouping == "both" else (args.grouping,)

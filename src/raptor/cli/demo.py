@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"records per engine call (speed/memory only; default {d['micro_batch_size']})")
     parser.add_argument("--seed", type=int, default=None,
                         help="seeded, reproducible and NOT secure runs (default: OS CSPRNG)")
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"),
+    parser.add_argument("--output-dir", default="runs/demo",  # a str: type=Path would turn "" into "."
                         help="where results.json and accuracy.png go (default runs/demo)")
     parser.add_argument("--max-train-samples", type=int, default=None, help="use the first N private records (quick checks)")
     parser.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on the first N dev records")
@@ -101,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    from raptor.training.run_checks import check_output_dir
+
+    check_output_dir(args.output_dir, overwrite=True, resume=False)  # before anything is trained (issue 26)
     for name in ("batch_size", "max_length", "public_size", "evaluations", "micro_batch_size"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
@@ -145,7 +148,7 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
     nonprivate = method == "nonprivate"
     return TrainConfig(
         method=method, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-        output_dir=str(args.output_dir / method), max_length=args.max_length,
+        output_dir=str(Path(args.output_dir) / method), max_length=args.max_length,
         eval_every=max(1, math.ceil(steps_hint / args.evaluations)),
         privacy=PrivacyConfig(epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
                               clip_expert=args.clip_expert, shared_ratio=args.shared_ratio,
@@ -158,24 +161,21 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
 
 def run_method(args: argparse.Namespace, method: str, private, public, dev, public_source=None) -> dict:
     """One private fine-tuning run from the warm start; a summary dict (with the full results)."""
-    from raptor.data import load_tokenizer
     from raptor.data.loaders import to_records
-    from raptor.mechanisms import GeneratorSpec
-    from raptor.moe.models import load_model
     from raptor.training.evaluator import Evaluator
-    from raptor.training.fine_tune import fine_tune
+    from raptor.training.fine_tune import run_fine_tune
     from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
+    from raptor.training.loaders import ModelSource, init_generator, load_model_and_tokenizer
 
     started = time.perf_counter()
-    spec = GeneratorSpec(secure=args.seed is None, seed=args.seed)
-    model = load_model(args.model, num_labels=private.num_labels, generator=spec.make(3))
-    tokenizer = load_tokenizer(args.model)
+    model, tokenizer = load_model_and_tokenizer(ModelSource(model=args.model), public, private.num_labels,
+                                                init_generator(args.seed))
     init_head_from_label_words(model, tokenizer, LABEL_WORDS["sst2"])
     steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
     config = train_config(args, method, steps_hint)
     start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
-    out = fine_tune(model, tokenizer, private, dev, config, public=public, public_source=public_source,
-                    progress=not args.no_progress)
+    out = run_fine_tune(model, tokenizer, private, dev, config, public=public, public_source=public_source,
+                        progress=not args.no_progress)
     r = out.results
     curve = [{"step": 0, "accuracy": start_point["accuracy"], "epsilon": 0.0}] + \
         [{"step": e["step"], "accuracy": e["accuracy"], "epsilon": e["epsilon"]} for e in r["evals"]]

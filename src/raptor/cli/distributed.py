@@ -10,17 +10,19 @@ from __future__ import annotations
 import argparse
 import os
 
+from raptor.cli.sections import section
 from raptor.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--distributed", action="store_true",
-                        help="data-parallel DP under torchrun, one process per rank (see README) (default off)")
-    parser.add_argument("--dist-backend", choices=("gloo", "nccl"), default=None,
-                        help="process-group backend (default: nccl with --device cuda, else gloo)")
-    parser.add_argument("--dist-timeout", type=float, default=300.0,
-                        help="seconds a collective may wait for another rank before the job stops (default 300; "
-                             "must exceed rank 0's public stage, which the other ranks wait for)")
+    run_g = section(parser, "run")
+    run_g.add_argument("--distributed", action="store_true",
+                       help="data-parallel DP under torchrun, one process per rank (see README) (default off)")
+    run_g.add_argument("--dist-backend", choices=("gloo", "nccl"), default=None,
+                       help="process-group backend (default: nccl with --device cuda, else gloo)")
+    run_g.add_argument("--dist-timeout", type=float, default=300.0,
+                       help="seconds a collective may wait for another rank before the job stops (default 300; "
+                            "must exceed rank 0's public stage, which the other ranks wait for)")
 
 
 def check_supported(args: argparse.Namespace) -> None:

@@ -33,30 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from raptor.cli.checks import check_inspect_args
     from raptor.data.loaders import load_data, to_records
-    from raptor.mechanisms import seeded_generator
-    from raptor.moe.adapters import get_adapter
-    from raptor.roles.layer_choice import LayerChoice, choose_layers
-    from raptor.roles.public_stats import layer_stats
-    from raptor.training.config import TrainConfig
-    from raptor.training.loaders import load_model_and_tokenizer
-    from raptor.training.public_stage import public_routing
+    from raptor.training.layer_report import layer_report
+    from raptor.training.loaders import init_generator, load_model_and_tokenizer
 
+    check_inspect_args(args)  # before any data is read (issue 26)
     split = load_data(data_source(args)).split
     model, tokenizer = load_model_and_tokenizer(model_source(args), split.public, split.public.num_labels,
-                                                seeded_generator(args.seed))
-    model.eval()
+                                                init_generator(args.seed))
     public = to_records(tokenizer, split.public, args.max_length)
-    owners = public_routing(model, public, TrainConfig())
-    table = []
-    for info in get_adapter(model).moe_layers(model):
-        variance = {}
-        if args.noise_multiplier is not None:
-            d_e = sum(p.numel() for p in info.experts.parameters()) // info.num_experts
-            variance = dict(batch_size=args.batch_size, noise_multiplier=args.noise_multiplier,
-                            clip_norms_E=args.clip_expert, dims_E=d_e)
-        table.append(layer_stats(info.index, owners[info.index], info.num_experts, **variance))
-    choice = LayerChoice(table=tuple(table), chosen=choose_layers(table, min(args.count, len(table))))
+    choice = layer_report(model, public, count=args.count, batch_size=args.batch_size,
+                          noise_multiplier=args.noise_multiplier, clip_expert=args.clip_expert)
     if args.json:
         out = choice.to_dict()
         out.update({"model": args.model, "public_records": int(public["labels"].shape[0]), "public_rule": split.rule})

@@ -73,11 +73,41 @@ def main(argv: list[str] | None = None) -> int:
                 show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = one_line
+        from raptor.cli.checks import Terminated, interrupted_message, on_sigterm, write_error_message
+
+        old_term = _install_sigterm(on_sigterm)
         try:
             return int(args._run(args) or 0)
         except RaptorError as err:
             print(f"raptor {args.command}: error: {err}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            print(interrupted_message(args, "interrupted"), file=sys.stderr)
+            return 130
+        except Terminated:
+            print(interrupted_message(args, "terminated (SIGTERM)"), file=sys.stderr)
+            return 143
+        except Exception as err:  # a write that cannot succeed (full disk, read-only): one line, not a traceback
+            message = write_error_message(err, args)
+            if message is None:
+                raise
+            print(f"raptor {args.command}: error: {message}", file=sys.stderr)
+            return 2
+        finally:
+            _install_sigterm(old_term)
+            from raptor.cli.run_lock import release_all
+
+            release_all()  # the --output-dir locks this command took
+
+
+def _install_sigterm(handler):
+    """Set the SIGTERM handler (main thread only; returns the previous one, or None elsewhere)."""
+    import signal
+    import threading
+
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

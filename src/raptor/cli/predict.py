@@ -40,19 +40,6 @@ def model_dir(path: str | Path) -> Path:
     raise ConfigError(f"--model {path}: no model here; give the OUTPUT_DIR of a raptor train run or its model/ dir")
 
 
-def read_texts(path: str | Path, text_columns) -> tuple[list[int], list[str], list[str] | None]:
-    """(line numbers, texts, second texts or None) of an input file."""
-    from raptor.data.textio import read_table
-    from raptor.data.user_files import _resolve_text_columns, _text_value
-
-    table = read_table(path)
-    columns = _resolve_text_columns(table, text_columns)
-    table.require_columns(columns, role="text column")
-    texts = [_text_value(r, columns[0], table.name) for r in table.records]
-    pairs = [_text_value(r, columns[1], table.name) for r in table.records] if len(columns) == 2 else None
-    return [r.line for r in table.records], texts, pairs
-
-
 def run(args: argparse.Namespace) -> int:
     from raptor.training.run_checks import check_device
 
@@ -63,22 +50,24 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--output {out}: must end in .csv or .jsonl")
     if out.is_dir():
         raise ConfigError(f"--output {out}: is a directory; give a file name")
+    from raptor.cli.checks import check_model_dir, check_predict_output
+    from raptor.data.user_files import read_texts
+
+    check_predict_output(out, args.input, args.max_length)  # issue 26: before anything is computed
     check_device(args.device)
     directory = model_dir(args.model)
+    check_model_dir(directory)
     lines, texts, pairs = read_texts(args.input, args.text_column)
 
     import torch
     from tqdm.auto import tqdm
 
-    from raptor.data import ClassificationData, collate, encode, load_tokenizer
-    from raptor.moe.models import load_model
-    from raptor.training.final_model import read_label_names, read_max_length
+    from raptor.data import ClassificationData, collate, encode
+    from raptor.training.final_model import load_final_model
     from raptor.training.plain import classification_logits
 
-    names = read_label_names(directory)
-    max_length = args.max_length or read_max_length(directory) or 128
-    tokenizer = load_tokenizer(directory)
-    model = load_model(directory).to(args.device)
+    model, tokenizer, names, saved_length = load_final_model(directory, args.device)
+    max_length = args.max_length or saved_length or 128
     regression = not names
     data = ClassificationData(tuple(texts), (0.0 if regression else 0,) * len(texts), tuple(names),
                               tuple(pairs) if pairs else None, source=str(args.input),

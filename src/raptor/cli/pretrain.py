@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (kind, default, help_text) in _FLAGS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
                             help=f"{help_text} (default {default})")
+    parser.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda[:N]")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="compute precision (bfloat16: autocast; weights and checkpoints stay float32)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (performance only; default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -76,21 +79,40 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     return PretrainConfig(
         output_dir=args.output_dir, text=tuple(args.text), family=args.family, include=tuple(args.include),
         exclude=tuple(args.exclude), tokenizer=args.tokenizer, glue_dir=args.glue_dir,
-        glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype,
+        glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype, dtype=args.dtype,
         **{name: getattr(args, name) for name in _FLAGS},
     )
+
+
+def _device(name: str) -> str:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise ConfigError(f"--device {name!r} is not a torch device ({err}); use cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: CUDA is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name}: pre-training supports cpu and cuda")
+    return str(device)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from raptor.pretrain.run import pretrain
+    from raptor.training.run_checks import check_output_dir
 
+    if str(args.output_dir).strip() == "":
+        raise ConfigError("--output-dir is empty; give a directory path")
+    check_output_dir(args.output_dir, overwrite=True, resume=True)  # before pre-training (issue 26)
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    result = pretrain(config_from_args(args), resume=args.resume, progress=not args.no_progress)
+    device = _device(args.device)
+    result = pretrain(config_from_args(args), resume=args.resume, progress=not args.no_progress, device=device)
     r = result.report
     summary = {k: r[k] for k in ("steps", "held_out_loss", "held_out_top1", "train_seconds", "tokens_per_second",
                                  "parameters")}

@@ -158,6 +158,32 @@ def load_public_file(path: str, splits: DataSplits, source: DataSource) -> Class
                               task=source.task)
 
 
+def warn_public_side(source: DataSource, declared: PublicSource, split: PublicPrivateSplit) -> None:
+    """A :class:`DataWarning` when private records become public: a ``--public-size`` slice of the
+    user's file (on purpose, but it should be said), or a public file that repeats train records
+    (they are then used without privacy). Privacy: the overlap count is printed to the user who
+    owns both files; it is not saved."""
+    import warnings
+
+    from raptor.errors import DataWarning
+
+    if declared.kind == "slice" and source.train_file:
+        warnings.warn(DataWarning(
+            f"--public-size {source.public_size:g}: {len(split.public)} records of {source.train_file} are public and "
+            "lose DP protection (they are used without privacy)"), stacklevel=3)
+    if declared.kind == "file" and len(split.public):
+        def key(data, i):
+            return (data.texts[i], None if data.text_pairs is None else data.text_pairs[i])
+
+        public_keys = {key(split.public, i) for i in range(len(split.public))}
+        shared = sum(key(split.private, i) in public_keys for i in range(len(split.private)))
+        if shared:
+            warnings.warn(DataWarning(
+                f"{declared.path}: {shared} of the {len(split.private)} --train-file records are also in the "
+                "--public-file; those texts are used without privacy. Remove them from one of the files"),
+                stacklevel=3)
+
+
 def load_data(source: DataSource) -> LoadedData:
     """Load the splits of ``source``, separate the declared public corpus and cap the sample counts."""
     declared = source.public_source()
@@ -165,6 +191,7 @@ def load_data(source: DataSource) -> LoadedData:
     public = load_public_file(declared.path, splits, source) if declared.kind in ("file", "model-corpus") else None
     train = subset(splits.train, source.max_train_samples) if declared.kind == "training-data" else splits.train
     split = public_split(train, declared, public=public)
+    warn_public_side(source, declared, split)
     sets = {name: subset(data, source.max_eval_samples) for name, data in splits.validation_sets().items()}
     return LoadedData(desc, split, subset(split.private, source.max_train_samples), sets, splits.metric_names,
                       declared)
@@ -183,6 +210,10 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
     rows = list(rows)
     if not rows:
         raise DataError(f"{source}: no records")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, Mapping)), None)
+    if bad is not None:
+        raise DataError(f"{source}: record {bad} is a {type(rows[bad]).__name__}, not a mapping of column -> value; "
+                        "give records such as {'sentence': ..., 'label': ...}")
     columns = tuple(text_columns) if text_columns else next(
         (c for c in DEFAULT_TEXT_COLUMNS if all(k in rows[0] for k in c)), None)
     if columns is None:
@@ -190,6 +221,10 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
     missing = next((i for i, r in enumerate(rows) if label_column not in r or any(c not in r for c in columns)), None)
     if missing is not None:
         raise DataError(f"{source}: record {missing} lacks {label_column!r} or one of the text columns {columns}")
+    empty = next(((i, c) for i, r in enumerate(rows) for c in (*columns, label_column) if r[c] is None), None)
+    if empty is not None:  # str(None) would train on the text "None", or make "None" a class
+        raise DataError(f"{source}: record {empty[0]}: {empty[1]!r} is None (a missing value); drop the record or "
+                        "fill it in")
     raw = [r[label_column] for r in rows]
     texts = tuple(str(r[columns[0]]) for r in rows)
     pairs = tuple(str(r[columns[1]]) for r in rows) if len(columns) == 2 else None

@@ -64,8 +64,8 @@ def read_public_corpus(path: str | Path, like: ClassificationData, *, text_colum
 def model_public_corpus(model: str | Path, like: ClassificationData) -> tuple[ClassificationData, PublicSource] | None:
     """The declared public corpus of ``model`` (a shipped name or a model directory) as records
     shaped like ``like`` (the private data) with its :class:`PublicSource` (kind ``model-corpus``:
-    pass it on as ``fine_tune(public_source=...)`` so that the run applies the rules of an
-    unlabelled corpus), or ``None`` when the model carries none."""
+    pass it on as ``raptor.training.fine_tune.run_fine_tune(public_source=...)`` so that the run
+    applies the rules of an unlabelled corpus), or ``None`` when the model carries none."""
     from raptor.shipped import public_corpus
 
     path = public_corpus(model)

@@ -89,13 +89,56 @@ def read_bytes(path: str | Path) -> bytes:
         hint = f" such as {p / inside[0]}" if inside else ""
         raise DataError(f"{p}: is a directory, not a file; give a CSV/TSV/JSONL file{hint} (a GLUE directory "
                         "goes with --task T --data-dir DIR)")
-    data = p.read_bytes()
+    if not p.is_file():  # a FIFO would block the read forever; a device never ends
+        raise DataError(f"{p}: is not a regular file (a FIFO, socket or device); give a CSV/TSV/JSONL file")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise DataError(f"{p}: cannot be read ({err.strerror or err}); check the file's permissions") from err
     if p.suffix == ".gz":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as err:
             raise DataError(f"{p}: not a valid gzip file ({err}); re-compress it or drop the .gz suffix") from err
+        kind = sniff_binary(data)
+        if kind is not None:
+            raise DataError(f"{p}: the decompressed data {kind}, not a CSV/TSV/JSONL text file")
+        return data
+    kind = sniff_binary(data)
+    if kind == GZIP_KIND:
+        raise DataError(f"{p}: is gzip-compressed data; name it {p.name}.gz (or decompress it: gunzip -c)")
+    if kind is not None:
+        raise DataError(f"{p}: {kind}, not a CSV/TSV/JSONL text file; export the data as UTF-8 CSV, TSV or JSON "
+                        "Lines")
     return data
+
+
+GZIP_KIND = "is gzip-compressed data"
+
+#: leading bytes of common binary formats -> what to call the file
+MAGIC_BYTES: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", GZIP_KIND),
+    (b"PK\x03\x04", "is a zip archive (an .xlsx, .docx or .zip file)"),
+    (b"PK\x05\x06", "is an (empty) zip archive"),
+    (b"\x7fELF", "is an ELF executable (a program)"),
+    (b"%PDF", "is a PDF document"),
+    (b"PAR1", "is a Parquet file"),
+    (b"ARROW1", "is an Arrow file"),
+    (b"\x89PNG\r\n\x1a\n", "is a PNG image"),
+    (b"\xff\xd8\xff", "is a JPEG image"),
+    (b"SQLite format 3\x00", "is an SQLite database"),
+    (b"BZh", "is bzip2-compressed data"),
+    (b"\xfd7zXZ\x00", "is xz-compressed data"),
+    (b"\x93NUMPY", "is a NumPy array file"),
+)
+
+
+def sniff_binary(data: bytes) -> str | None:
+    """What a binary file is, from its magic bytes (``"is a PDF document"``), or None for other data."""
+    for magic, kind in MAGIC_BYTES:
+        if data.startswith(magic) and (magic != b"BZh" or data[3:4].isdigit()):
+            return kind
+    return None
 
 
 def decode_utf8(data: bytes, name: str) -> str:
@@ -179,12 +222,18 @@ def parse_jsonl(text: str, name: str) -> Table:
     """Parse JSON Lines ``text``: one object per non-blank line; the header is the first object's keys."""
     records = []
     columns: tuple[str, ...] | None = None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines() also splits on U+2028, U+0085 and others, valid inside a JSON string
+    for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
+        except _DuplicateKey as dup:
+            raise DataError(f"{name}: line {number}: duplicate key {dup.key!r} in one JSON object (JSON keeps "
+                            "only the last value); keep one") from None
         except json.JSONDecodeError as err:
+            if not records:
+                _refuse_json_document(text, name)
             raise DataError(f"{name}: line {number}, column {err.colno}: invalid JSON ({err.msg})") from err
         if not isinstance(obj, dict):
             raise DataError(f"{name}: line {number}: expected a JSON object, found {type(obj).__name__}")
@@ -194,6 +243,33 @@ def parse_jsonl(text: str, name: str) -> Table:
     if not records:
         raise DataError(f"{name}: file is empty; expected one JSON object per line")
     return Table(name, columns or (), tuple(records))
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _refuse_json_document(text: str, name: str) -> None:
+    """:class:`DataError` when the whole text is one JSON document (a pretty-printed array or object)
+    rather than JSON Lines; returns otherwise."""
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return
+    what = "a JSON array" if isinstance(doc, list) else f"one JSON {type(doc).__name__}"
+    raise DataError(f"{name}: the file is {what} spread over {text.count(chr(10)) + 1} lines; raptor reads JSON "
+                    "Lines (one JSON object per line). Convert it, e.g. `jq -c '.[]' IN > OUT.jsonl`")
 
 
 def read_table(path: str | Path, *, fmt: str | None = None, columns: Sequence[str] | None = None) -> Table:

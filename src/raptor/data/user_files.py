@@ -103,6 +103,10 @@ def _sorted_labels(values: list[str]) -> list[str]:
 
 
 def _as_number(value: str) -> float | None:
+    """``value`` as a finite float, or None; ``1_000`` is not a number here (Python's float() would
+    merge it with ``1000``)."""
+    if isinstance(value, str) and "_" in value:
+        return None
     try:
         number = float(value)
     except ValueError:
@@ -119,6 +123,26 @@ def infer_task_type(values: Sequence[str]) -> str:
     if any(not x.is_integer() for x in numbers) or len(set(numbers)) > REGRESSION_MIN_DISTINCT:
         return "regression"
     return "classification"
+
+
+#: ``task_type="auto"``: numeric labels of which at most this share is fractional are ambiguous (a typo
+#: such as ``0.5`` among 0/1 classes would silently turn classification into regression)
+AMBIGUOUS_FRACTIONAL_SHARE = 0.1
+
+
+def refuse_ambiguous_labels(table: Table, raw: Sequence[str], column: str) -> None:
+    """:class:`DataError` naming the first fractional label when every label is a number, almost all
+    are whole and a few are not: neither classification nor regression can be inferred safely."""
+    numbers = [_as_number(v) for v in raw]
+    if not numbers or any(x is None for x in numbers):
+        return
+    fractional = [i for i, x in enumerate(numbers) if not x.is_integer()]
+    if fractional and len(fractional) <= AMBIGUOUS_FRACTIONAL_SHARE * len(numbers):
+        i = fractional[0]
+        raise DataError(
+            f"{table.name}: line {table.records[i].line}: label {raw[i]!r} in column {column!r} is fractional while "
+            f"{len(numbers) - len(fractional)} of the {len(numbers)} labels are whole numbers; fix the label if it "
+            "is a typo, or pass --task-type regression (scores) or --task-type classification (class names)")
 
 
 def _scores(table: Table, raw: list[str], column: str) -> tuple[float, ...]:
@@ -228,6 +252,7 @@ def load_user_files(
     elif label_names is not None:
         task_type = "classification"
     elif task_type == "auto":
+        refuse_ambiguous_labels(train_table, raw, label_column)
         task_type = infer_task_type(raw)
     metrics = spec.metrics if spec is not None else ()
     if task_type == "regression":
@@ -281,3 +306,14 @@ def _regression_splits(train_table: Table, texts, pairs, raw, columns, label_col
                                         tuple(vpairs) if vpairs is not None else None, source=str(validation_file),
                                         task_type="regression")
     return DataSplits(train=train, validation=validation, metrics=metrics)
+
+
+def read_texts(path: str | Path, text_columns=None) -> tuple[list[int], list[str], list[str] | None]:
+    """(line numbers, texts, second texts or None) of an unlabelled input file (``raptor predict``),
+    with the text columns chosen as for training files."""
+    table = read_table(path)
+    columns = _resolve_text_columns(table, text_columns)
+    table.require_columns(columns, role="text column")
+    texts = [_text_value(r, columns[0], table.name) for r in table.records]
+    pairs = [_text_value(r, columns[1], table.name) for r in table.records] if len(columns) == 2 else None
+    return [r.line for r in table.records], texts, pairs

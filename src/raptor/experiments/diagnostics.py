@@ -171,13 +171,28 @@ def failure_modes_title(diag: Mapping, task: str) -> str:
 
 def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> Path:
     """Three panels: expert share of ||g||^2 (suppression), load share = dilution factor under B, and
-    per-expert SNR against public load for dense DP-SGD and RAPTOR."""
+    per-expert SNR against public load for dense DP-SGD and RAPTOR; a fourth, first, when ``diag``
+    carries ``composition`` (:func:`raptor.experiments.composition.gradient_composition`): the median
+    per-record ||g|| of each role of the trainable set, and its share of one clipped vector."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4))
+    comp = diag.get("composition")
+    if comp:
+        fig, (z, a, b, c) = plt.subplots(1, 4, figsize=(19, 4))
+        rows = [(k, v) for k, v in comp["roles"].items() if v["trained"]]
+        z.barh([k for k, _ in rows], [max(v["median"], 1e-12) for _, v in rows], color="tab:gray")
+        z.set_xscale("log")
+        z.invert_yaxis()
+        for i, (_, v) in enumerate(rows):
+            z.text(max(v["median"], 1e-12), i, f" {v['median']:.2g} ({v['median_share_of_clipped']:.1g})",
+                   va="center", fontsize=6)
+        z.set_xlabel("median per-record ||g|| (share of one clipped vector)")
+        z.set_title(f"0. composition: whole set {comp['total']['median']:.3g}", fontsize=9)
+    else:
+        fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4))
     sup = diag["suppression"]
     shares = list(sup["expert_share_of_sq_norm"]["values"])
     exponent = _display_exponent(max(shares, default=0.0))

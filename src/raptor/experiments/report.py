@@ -28,6 +28,8 @@ METHOD_COLOURS: dict[str, str] = {
     "expert-only": "tab:purple",
     "last-layer": "tab:brown",
     "raptor": "tab:red",
+    "dpsgd-full": "tab:cyan",
+    "raptor-split": "tab:pink",  # the grid's RAPTOR with the head in its own shared group (run_grid.py)
 }
 
 

@@ -128,6 +128,10 @@ class MoEAdapter:
     frozen_prefixes: tuple[str, ...] = ()  # parameters frozen in every method, in no clipping group
     notes: str = ""
     extra: dict = field(default_factory=dict)
+    # public pre-training (raptor.pretrain): "mlm" (an encoder: masked tokens) or "causal" (next token),
+    # and config fields of the pre-training size that differ from the tiny fine-tuning one
+    pretrain_objective: str = "causal"
+    pretrain_overrides: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.dispatch not in DISPATCHES:
@@ -135,6 +139,9 @@ class MoEAdapter:
                               f"got {self.dispatch!r}")
         if self.dispatch == "module_dict" and not self.top1:
             raise ConfigError(f"MoEAdapter {self.model_type}: the module_dict dispatch reads owners from a top-1 router")
+        if self.pretrain_objective not in ("mlm", "causal"):
+            raise ConfigError(f"MoEAdapter {self.model_type}: pretrain_objective must be 'mlm' or 'causal', "
+                              f"got {self.pretrain_objective!r}")
 
     # ---------------------------------------------------------------- the family's classes and configs
     def classification_class(self):
@@ -330,7 +337,8 @@ _register_all([
     MoEAdapter(
         "switch_transformers", "SwitchTransformersSparseMLP", router_attr="router", experts_attr="experts",
         head_class="raptor.moe.heads:SwitchForSequenceClassification", tiny_kwargs=_switch,
-        top1=True, dispatch="module_dict", bias_table_attr="relative_attention_bias",
+        top1=True, dispatch="module_dict", bias_table_attr="relative_attention_bias", pretrain_objective="mlm",
+        pretrain_overrides=dict(relative_attention_num_buckets=32, relative_attention_max_distance=128),
         zero_config_fields=("router_aux_loss_coef", "router_z_loss_coef"), lora_targets=("q", "k", "v", "o", "wi", "wo"),
         notes="top-1 router; capacity counted per sequence; aux and z losses off",
     ),

@@ -40,6 +40,8 @@ def has_expert_lora(experts: nn.Module) -> bool:
 
 def _projection(experts: nn.Module, x: torch.Tensor, name: str, e: int) -> torch.Tensor:
     out = F.linear(x, getattr(experts, name)[e])
+    if not has_expert_lora(experts):  # a layer without LoRA under the same (model-wide) implementation
+        return out
     a, b = getattr(experts, f"{name}_lora_A")[e], getattr(experts, f"{name}_lora_B")[e]
     return out + experts.raptor_lora_scaling * F.linear(F.linear(x, a), b)
 

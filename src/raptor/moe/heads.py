@@ -30,7 +30,22 @@ def _classification_loss(logits_BK: torch.Tensor, labels_B: torch.Tensor | None,
     return nn.functional.cross_entropy(logits_BK.float(), labels_B, reduction=reduction)
 
 
-class SwitchForSequenceClassification(SwitchTransformersPreTrainedModel):
+class _ClassifierForward:
+    """The forward of both heads: ``pooled_logits`` (the class's own pooling and head), then the loss."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        loss_reduction: str = "mean",
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        logits_BK = self.pooled_logits(input_ids, attention_mask)
+        return SequenceClassifierOutput(loss=_classification_loss(logits_BK, labels, loss_reduction), logits=logits_BK)
+
+
+class SwitchForSequenceClassification(_ClassifierForward, SwitchTransformersPreTrainedModel):
     """Switch Transformer encoder + masked mean pooling + linear head.
 
     The encoder's sparse layers route tokens with the family's top-1 router; expert capacity is
@@ -53,22 +68,14 @@ class SwitchForSequenceClassification(SwitchTransformersPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.switch.set_input_embeddings(value)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        loss_reduction: str = "mean",
-        **kwargs,
-    ) -> SequenceClassifierOutput:
+    def pooled_logits(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor:
         hidden_BTD = self.switch(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if attention_mask is None:
             attention_mask = torch.ones(hidden_BTD.shape[:2], dtype=hidden_BTD.dtype, device=hidden_BTD.device)
         mask_BT1 = attention_mask.to(hidden_BTD.dtype).unsqueeze(-1)
         # A record with no tokens pools to zero (clamp the count, not the values).
         pooled_BD = (hidden_BTD * mask_BT1).sum(dim=1) / mask_BT1.sum(dim=1).clamp(min=1.0)
-        logits_BK = self.classifier(pooled_BD)
-        return SequenceClassifierOutput(loss=_classification_loss(logits_BK, labels, loss_reduction), logits=logits_BK)
+        return self.classifier(pooled_BD)
 
 
 def _last_token_pool(hidden_BTD: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -81,7 +88,7 @@ def _last_token_pool(hidden_BTD: torch.Tensor, attention_mask: torch.Tensor | No
     return hidden_BTD[torch.arange(B, device=hidden_BTD.device), last_B]
 
 
-class OlmoeForSequenceClassification(OlmoePreTrainedModel):
+class OlmoeForSequenceClassification(_ClassifierForward, OlmoePreTrainedModel):
     """OLMoE decoder + last-non-pad-token pooling + linear head (``score``), like the other decoders."""
 
     def __init__(self, config: PretrainedConfig):
@@ -97,14 +104,6 @@ class OlmoeForSequenceClassification(OlmoePreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.model.embed_tokens = value
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        loss_reduction: str = "mean",
-        **kwargs,
-    ) -> SequenceClassifierOutput:
+    def pooled_logits(self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> torch.Tensor:
         hidden_BTD = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        logits_BK = self.score(_last_token_pool(hidden_BTD, attention_mask))
-        return SequenceClassifierOutput(loss=_classification_loss(logits_BK, labels, loss_reduction), logits=logits_BK)
+        return self.score(_last_token_pool(hidden_BTD, attention_mask))

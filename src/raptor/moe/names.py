@@ -1,6 +1,7 @@
 """The supported family names, importable without torch or transformers (for fast CLI start-up).
 
-:data:`raptor.moe.models.FAMILIES` lists the same names (a test checks it)."""
+:data:`raptor.moe.models.FAMILIES` (the adapter table's classifier families) is the source;
+``tests/test_registries.py`` fails when the two disagree."""
 
 from __future__ import annotations
 

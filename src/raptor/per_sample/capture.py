@@ -69,6 +69,7 @@ class Use:
     expert: torch.Tensor | None = None  # grouped: expert slot of each kept row (rows sorted by expert, record)
     slot_groups: torch.Tensor | None = None  # grouped: group index of each expert slot [E]
     slot_names: tuple[str, ...] | None = None  # grouped over per-expert 2-D weights: each slot's parameter
+    shared: dict | None = None  # grouped: a cache shared by the uses of one MoE layer's rows (same rec/expert)
     on_ready: object = None  # callback(use) once the output gradient is in (the engine's reducer)
     reduced: bool = False  # set by the reducer (a safety check that no use is left out)
 
@@ -77,7 +78,7 @@ class Use:
         if self.keep is not None:
             g_rows = g_rows.index_select(0, self.keep)
         if self.kind == "embedding" and self.pad_id is not None:
-            g_rows = torch.where((self.a == self.pad_id)[:, None], torch.zeros_like(g_rows), g_rows)
+            g_rows = torch.where((self.a == self.pad_id)[:, None], 0.0, g_rows)
         self.g = g_rows
         if self.on_ready is not None:
             self.on_ready(self)
@@ -175,19 +176,22 @@ class Tape:
 
 
 def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weights: torch.Tensor | Sequence[torch.Tensor],
-                       counts: list[int], rec_S: torch.Tensor, expert_S: torch.Tensor, keep: torch.Tensor | None,
-                       layer: int) -> torch.Tensor:
+                       offs: Offsets, rec_S: torch.Tensor, expert_S: torch.Tensor, keep: torch.Tensor | None,
+                       layer: int, shared: dict | None = None) -> torch.Tensor:
     """``y[rows of e] = x[rows of e] @ W[e]^T`` for every expert slot e, recorded as one use.
 
     ``weights``: one fused 3-D parameter ``[E, d_out, d_in]`` or a sequence of E 2-D parameters
     ``[d_out, d_in]`` (one per expert, every one trainable). Rows are sorted by expert (then
-    record); ``counts[e]`` rows belong to slot e. ``keep``: the rows whose record owns their
-    expert (roles grouping), or None for all rows.
+    record); ``offs`` (:class:`Offsets`) says which rows belong to each slot. ``keep``: the rows whose record owns their
+    expert (roles grouping), or None for all rows. ``shared``: one dict per layer dispatch, passed to
+    every grouped use of that layer's rows (same ``rec_S``, ``expert_S``, ``keep``): their kept
+    records and experts, slot groups and what the reducer derives from them (pairs, offsets, clip
+    factors per row) are then computed once per layer instead of once per use.
     """
     if isinstance(weights, torch.Tensor):
         name = tape.name_of(weights)
         slot_names = None
-        slot_groups = torch.tensor([tape.group(name, e) for e in range(weights.shape[0])], dtype=torch.long)
+        groups = [tape.group(name, e) for e in range(weights.shape[0])]
         tensors: tuple[torch.Tensor, ...] = (weights,)
     else:
         slot_names = tuple(tape.name_of(w) for w in weights)
@@ -197,9 +201,9 @@ def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weights: torch.Tensor | Se
                 "freeze or train that projection in every expert of the layer"
             )
         name = slot_names[0]
-        slot_groups = torch.tensor([tape.group(n, None) for n in slot_names], dtype=torch.long)
+        groups = [tape.group(n, None) for n in slot_names]
         tensors = tuple(weights)
-    for e, group in enumerate(slot_groups.tolist()):
+    for e, group in enumerate(groups):
         expert = tape.expert_of_group.get(group)
         if expert is not None and expert != (layer, e):
             raise UnsupportedModelError(
@@ -207,57 +211,129 @@ def grouped_linear_use(tape: Tape, x_S: torch.Tensor, weights: torch.Tensor | Se
                 f"not in layer {layer}"
             )
     a = x_S.detach()
-    rec, exp = rec_S, expert_S
     if keep is not None:
-        a, rec, exp = a.index_select(0, keep), rec.index_select(0, keep), exp.index_select(0, keep)
+        a = a.index_select(0, keep)
+    if shared is None:
+        shared = {}
+    rows = shared.get("rows_kept")
+    if rows is None or rows[0] is not rec_S or rows[1] is not expert_S or rows[2] is not keep:
+        rec, exp = rec_S, expert_S
+        if keep is not None:
+            rec, exp = rec.index_select(0, keep), exp.index_select(0, keep)
+        rows = (rec_S, expert_S, keep, rec, exp)
+        shared["rows_kept"] = rows
+    rec, exp = rows[3], rows[4]
+    known = shared.get("slot_groups")  # one object for the layer's uses (the reducer's caches key on it)
+    if known is None or known[0] != groups:
+        known = (groups, torch.tensor(groups, dtype=torch.long))
+        shared["slot_groups"] = known
+    slot_groups = known[1]
     use = Use(name=name, slot=None, kind="grouped", group=-1, a=a, rec=rec, keep=keep, expert=exp,
-              slot_groups=slot_groups, slot_names=slot_names, on_ready=tape.on_ready)
+              slot_groups=slot_groups, slot_names=slot_names, on_ready=tape.on_ready, shared=shared)
     tape.uses.append(use)
-    return GroupedLinearFn.apply(x_S, counts, use, *tensors)
+    return GroupedLinearFn.apply(x_S, offs, use, *tensors)
 
 
 class GroupedLinearFn(torch.autograd.Function):
     """Per-expert ``x @ W[e]^T`` over rows sorted by expert; the backward returns only ``dx``.
 
-    ``weights``: one 3-D tensor (slot e = ``W[e]``) or E 2-D tensors. ``use`` (or None for frozen
-    weights) receives the output-gradient rows; no weight gradient is ever formed.
+    ``weights``: one 3-D tensor (slot e = ``W[e]``) or E 2-D tensors. ``offs``: :class:`Offsets` of
+    the rows of each slot. ``use`` (or None for frozen weights) receives the output-gradient rows;
+    no weight gradient is ever formed. Forward and input gradient are one grouped matrix product
+    each (:func:`grouped_mm`), not one product per expert.
     """
 
     @staticmethod
-    def forward(ctx, x_S, counts, use, *weights):
+    def forward(ctx, x_S, offs, use, *weights):
         ctx.save_for_backward(*weights)
-        ctx.counts = counts
+        ctx.offs = offs
         ctx.use = use
-        slot = _slots(weights)
-        out = x_S.new_empty((x_S.shape[0], slot(0).shape[0]))
-        start = 0
-        for e, n in enumerate(counts):
-            if n:
-                torch.mm(x_S[start:start + n], slot(e).t(), out=out[start:start + n])
-            start += n
-        return out
+        return grouped_mm(x_S, _stacked(weights, x_S.dtype).transpose(1, 2), offs)
 
     @staticmethod
     def backward(ctx, g_S):
-        slot = _slots(ctx.saved_tensors)
         if ctx.use is not None:
             ctx.use.set_grad(g_S)
         gx = None
         if ctx.needs_input_grad[0]:
-            gx = g_S.new_empty((g_S.shape[0], slot(0).shape[1]))
-            start = 0
-            for e, n in enumerate(ctx.counts):
-                if n:
-                    torch.mm(g_S[start:start + n], slot(e).to(g_S.dtype), out=gx[start:start + n])
-                start += n
+            gx = grouped_mm(g_S, _stacked(ctx.saved_tensors, g_S.dtype), ctx.offs)
         return (gx, None, None) + (None,) * len(ctx.saved_tensors)
 
 
-def _slots(weights: Sequence[torch.Tensor]):
-    """Slot accessor: ``W[e]`` of one 3-D tensor, or the e-th of a list of 2-D tensors."""
-    if len(weights) == 1 and weights[0].dim() == 3:
-        return weights[0].__getitem__
-    return weights.__getitem__
+@dataclass
+class Offsets:
+    """Row offsets of groups of rows sorted by group: ``end`` = cumulative row counts ``[E]`` (int32,
+    on the rows' device, no host copy); ``counts()`` copies the counts to the host only when a
+    per-group loop needs them (float64, or shapes the grouped kernel does not take)."""
+
+    end: torch.Tensor
+    _counts: list[int] | None = None
+
+    @classmethod
+    def of(cls, group_S: torch.Tensor, num_groups: int) -> Offsets:
+        """Offsets of rows whose sorted group index is ``group_S`` (values in ``[0, num_groups)``)."""
+        return cls(torch.cumsum(torch.bincount(group_S, minlength=num_groups)[:num_groups], 0).to(torch.int32))
+
+    def counts(self) -> list[int]:
+        if self._counts is None:
+            end = self.end.tolist()
+            self._counts = [b - a for a, b in zip([0] + end[:-1], end, strict=True)]
+        return self._counts
+
+
+#: Use ``torch._grouped_mm`` where it applies; tests set it to False to run the per-group loop.
+GROUPED_KERNEL = hasattr(torch, "_grouped_mm")
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _kernel_ok(*tensors: torch.Tensor) -> bool:
+    """Does ``torch._grouped_mm`` take these operands (dtype; 16-byte aligned data and strides)?"""
+    if not GROUPED_KERNEL:
+        return False
+    for t in tensors:
+        if t.dtype not in _KERNEL_DTYPES or t.dtype != tensors[0].dtype or t.data_ptr() % 16:
+            return False
+        if any(n > 1 and s != 1 and (s * t.element_size()) % 16 for s, n in zip(t.stride(), t.shape, strict=True)):
+            return False
+        if t.dim() >= 2 and 1 not in t.stride()[-2:]:
+            return False
+    return True
+
+
+def grouped_mm(x_S: torch.Tensor, w_EIO: torch.Tensor, offs: Offsets) -> torch.Tensor:
+    """``y[rows of e] = x[rows of e] @ w[e]`` (``x [S, I]`` sorted by group, ``w [E, I, O]``): one
+    grouped kernel where it applies, else one ``mm`` per group."""
+    if x_S.shape[0] and _kernel_ok(x_S, w_EIO):
+        return torch._grouped_mm(x_S, w_EIO, offs=offs.end)
+    out = x_S.new_empty((x_S.shape[0], w_EIO.shape[2]))
+    start = 0
+    for e, n in enumerate(offs.counts()):
+        if n:
+            torch.mm(x_S[start:start + n], w_EIO[e], out=out[start:start + n])
+        start += n
+    return out
+
+
+def grouped_outer(g_S: torch.Tensor, a_S: torch.Tensor, offs: Offsets) -> torch.Tensor:
+    """``out[e] = g[rows of e]^T @ a[rows of e]`` ``[E, d_out, d_in]`` for rows sorted by group (zero
+    for a group without rows): one grouped kernel where it applies, else one ``mm`` per group."""
+    E = offs.end.shape[0]
+    gt = g_S.t()
+    if g_S.shape[0] and _kernel_ok(gt, a_S):
+        return torch._grouped_mm(gt, a_S, offs=offs.end)
+    out = g_S.new_zeros((E, g_S.shape[1], a_S.shape[1]))
+    start = 0
+    for e, n in enumerate(offs.counts()):
+        if n:
+            torch.mm(gt[:, start:start + n], a_S[start:start + n], out=out[e])
+        start += n
+    return out
+
+
+def _stacked(weights: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The slots as one ``[E, d_out, d_in]`` tensor in ``dtype`` (a fused 3-D weight as it is)."""
+    w = weights[0] if len(weights) == 1 and weights[0].dim() == 3 else torch.stack(tuple(weights))
+    return w.to(dtype)
 
 
 class _LinearFn(torch.autograd.Function):

@@ -102,9 +102,11 @@ def clip_norms_between(result: EngineResult) -> dict:
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Max relative error of ``a`` against ``b``; both are compared on the CPU (the engine's results
+    live on the model's device, the one-record reference keeps its per-record tables on the CPU)."""
     if a.numel() == 0:
         return 0.0
-    a, b = a.detach().double(), b.detach().double()
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
     finite = torch.isfinite(b)
     if not torch.equal(finite, torch.isfinite(a)):
         return float("inf")
@@ -143,7 +145,7 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
     sum_err = max((_rel(got.clipped_sums[n], same.clipped_sums[n]) for n in same.clipped_sums), default=0.0)
     loss_err = _rel(got.loss_B, ref.loss_B)
-    owners = all(torch.equal(got.owners[layer], ref.owners[layer]) for layer in ref.owners)
+    owners = all(torch.equal(got.owners[layer].cpu(), ref.owners[layer].cpu()) for layer in ref.owners)
     clipped = sum(int(bool((got.clip_factors[k] < 1).any())) for k in engine.group_keys)
     return CheckReport(
         family=family or model.config.model_type, grouping=grouping, lora=lora, max_rel_norm_error=norm_err,

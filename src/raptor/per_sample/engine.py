@@ -33,6 +33,7 @@ Legend: B records, T tokens per record, K labels, G groups.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ from raptor.moe.adapters import MoELayerInfo, get_adapter
 from raptor.per_sample import experts as _experts
 from raptor.per_sample.capture import CaptureMode, TableFn, Tape, Use
 from raptor.per_sample.norms import (
+    GroupedNorms,
     clipped_sum,
+    concat_records,
     ghost_sq_norm,
     grouped_clipped_sums,
     grouped_sq_norms,
@@ -105,10 +108,12 @@ class PerRecordEngine:
     ``trained_layers``: MoE block indices whose experts are trained (roles grouping); expert
     parameters of other MoE layers must be frozen. ``grouping``: ``"roles"`` or ``"dense"``.
     The model is prepared by its adapter (aux losses, jitter and dropout off) at construction.
+    ``head_params``: parameter names forming the shared stream's ``head`` group (roles grouping).
     """
 
     def __init__(self, model: nn.Module, *, trained_layers: Sequence[int] = (), grouping: str = "roles",
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy_per_record):
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy_per_record,
+                 head_params: Sequence[str] = ()):
         self.model = model
         self.grouping = grouping
         self.trained_layers = tuple(int(x) for x in trained_layers)
@@ -125,7 +130,7 @@ class PerRecordEngine:
                 )
         self.group_map: GroupMap = build_group_map(
             model, [info.expert_params() for info in self.layers], trained_layers=self.trained_layers,
-            grouping=grouping,
+            grouping=grouping, head_params=head_params,
         )
         self.group_keys: tuple[GroupKey, ...] = self.group_map.keys
         self._group_index = {k: i for i, k in enumerate(self.group_keys)}
@@ -215,12 +220,12 @@ class PerRecordEngine:
         norms_GB, c_GB, sums, nonfinite_B = self._reduce(tape, reducer, C_G, B, ids.device)
         return EngineResult(
             loss_B=loss_B.detach(),
-            norms={k: norms_GB[i] for i, k in enumerate(self.group_keys)},
+            norms=dict(zip(self.group_keys, norms_GB.unbind(0), strict=True)),  # one op for every group's row
             clipped_sums=sums,
             owners=dict(call.owners),
             num_nonfinite=int(nonfinite_B.sum()),
             nonfinite_B=nonfinite_B,
-            clip_factors={k: c_GB[i] for i, k in enumerate(self.group_keys)},
+            clip_factors=dict(zip(self.group_keys, c_GB.unbind(0), strict=True)),
         )
 
     # ------------------------------------------------------------------ reduction
@@ -230,29 +235,32 @@ class PerRecordEngine:
         nonfinite_B = ~torch.isfinite(norms2_GB).all(dim=0)
         norms_GB = norms2_GB.sqrt()
         C = C_G.to(device)[:, None]
-        c_GB = torch.where(norms_GB > C, C / norms_GB, torch.ones_like(norms_GB))
-        c_GB = torch.where(nonfinite_B[None, :], torch.zeros_like(c_GB), c_GB)
+        c_GB = torch.where(norms_GB > C, C / norms_GB, 1.0)
+        c_GB = torch.where(nonfinite_B[None, :], 0.0, c_GB)
         parts: dict[str, dict[int | None, torch.Tensor]] = defaultdict(dict)
         with torch.no_grad():
             while reducer.items:
                 how, key, group, obj = reducer.items.pop()  # dropping each item as it is used lowers the peak
+                if how == "chunk":  # materialised per-record gradients of several uses: one weighted sum
+                    keys, shapes = key, obj[1]
+                    total = weighted_sum(obj[0], c_GB[group])
+                    for (name, slot), shape, part in zip(keys, shapes, total.split([math.prod(x) for x in shapes]),
+                                                         strict=True):
+                        _add_part(parts, params[name], name, slot, part.reshape(shape))
+                    continue
                 name, slot = key
                 p = params[name]
-                shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
                 if how == "rows":
-                    contrib = clipped_sum(obj, c_GB[group], B, shape)
-                elif how == "per":
-                    contrib = weighted_sum(obj, c_GB[group])
-                else:
-                    use, slot_names = obj[0], obj[0].slot_names
-                    num_slots = p.shape[0] if slot_names is None else len(slot_names)
-                    for e, c in grouped_clipped_sums(use, obj[1], c_GB, num_slots).items():
-                        target, at = (name, e) if slot_names is None else (slot_names[e], None)
-                        parts[target][at] = c.to(sum_dtype(params[target]))
+                    shape = tuple(p.shape[1:]) if slot is not None else tuple(p.shape)
+                    _add_part(parts, p, name, slot, clipped_sum(obj, c_GB[group], B, shape))
                     continue
-                if slot in parts[name]:
-                    contrib = contrib + parts[name][slot]
-                parts[name][slot] = contrib.to(sum_dtype(p))
+                use, slot_names = obj[0], obj[0].slot_names
+                num_slots = p.shape[0] if slot_names is None else len(slot_names)
+                sums_E = grouped_clipped_sums(use, obj[1], c_GB, num_slots)  # every slot at once
+                if slot_names is None:
+                    parts[name][None] = sums_E.to(sum_dtype(p))
+                for e, target in enumerate(slot_names or ()):
+                    parts[target][None] = sums_E[e].to(sum_dtype(params[target]))
         sums = {name: _assemble(p, parts.get(name, {})) for name, p in params.items()}
         return norms_GB, c_GB, sums, nonfinite_B
 
@@ -342,8 +350,11 @@ class _Reducer:
         self.params = params
         self.B = num_records
         self.norms2_GB = torch.zeros(num_groups, num_records, dtype=torch.float64, device=device)
+        self._sq: dict[torch.dtype, tuple[list[int], list[torch.Tensor]]] = {}  # per-use [B] squared norms, by dtype
         self.items: list[tuple[str, tuple[str, int | None], int, object]] = []
         self.multi: dict[tuple[str, int | None], tuple[int, torch.Tensor]] = {}
+        self.per: list[tuple[tuple[str, int | None], int, torch.Tensor]] = []  # materialised, norms not yet taken
+        self._grouped_sq: dict[int, tuple[GroupedNorms, torch.Tensor]] = {}  # per shared row layout
         self._counts: Counter | None = None
 
     def _shape(self, use: Use) -> tuple[int, ...]:
@@ -360,24 +371,68 @@ class _Reducer:
                 if self._counts[(n, None)] != 1:
                     raise UnsupportedModelError(f"expert weight {n!r} is used more than once per forward")
             gn = grouped_sq_norms(use, B)
-            self.norms2_GB.index_put_((gn.pair_group, gn.pair_rec), gn.sq.to(torch.float64), accumulate=True)
+            self._add_pairs(use, gn)
             if gn.per_pair is not None:
                 use.a = use.g = None
             self.items.append(("grouped", key, -1, (use, gn)))
             return
         single = self._counts[key] == 1
         if single and use.kind in ("linear", "embedding") and keep_rows(use, B):
-            self.norms2_GB[use.group] += ghost_sq_norm(use, B).to(torch.float64)
+            self._add(use.group, ghost_sq_norm(use, B))
             self.items.append(("rows", key, use.group, use))
             return
         per = materialise(use, B, self._shape(use))
         use.a = use.g = use.per_record = None
         if single:
-            self.norms2_GB[use.group] += sq_norms(per).to(torch.float64)
-            self.items.append(("per", key, use.group, per))
+            self.per.append((key, use.group, per))  # norms at finish, batched (see _chunks)
         else:
             group, prev = self.multi.get(key, (use.group, None))
             self.multi[key] = (group, per if prev is None else prev + per)
+
+    def _add_pairs(self, use: Use, gn: GroupedNorms) -> None:
+        """Add a grouped use's per-pair squared norms; uses of one row layout (one MoE layer) have the
+        same pairs, so their norms are summed first and scattered into ``norms2_GB`` once per layer."""
+        layout = id(use.shared) if use.shared is not None else id(use)
+        prev = self._grouped_sq.get(layout)
+        if prev is not None and prev[0].pair_group is gn.pair_group and prev[0].pair_rec is gn.pair_rec:
+            sq = prev[1] + gn.sq if prev[1].dtype == gn.sq.dtype else prev[1].double() + gn.sq.double()
+            self._grouped_sq[layout] = (prev[0], sq)
+            return
+        if prev is not None:
+            self._scatter_pairs(*prev)
+        self._grouped_sq[layout] = (gn, gn.sq)
+
+    def _scatter_pairs(self, gn: GroupedNorms, sq: torch.Tensor) -> None:
+        self.norms2_GB.index_put_((gn.pair_group, gn.pair_rec), sq.to(torch.float64), accumulate=True)
+
+    def _chunks(self) -> None:
+        """The materialised per-record gradients of each group concatenated in chunks: one squared norm
+        and (later) one weighted sum per chunk, instead of per use."""
+        by_group: dict[int, list] = defaultdict(list)
+        for key, group, per in self.per:
+            by_group[group].append((key, per))
+        self.per = []
+        for group, entries in by_group.items():
+            keys = [key for key, _ in entries]
+            shapes = [tuple(per.shape[1:]) for _, per in entries]
+            tensors = [per for _, per in entries]
+            entries.clear()
+            for index, flat in concat_records(tensors):
+                self._add(group, sq_norms(flat))
+                self.items.append(("chunk", [keys[i] for i in index], group, (flat, [shapes[i] for i in index])))
+
+    def _add(self, group: int, sq_B: torch.Tensor) -> None:
+        """Add one use's per-record squared norms to its group's (batched: see :meth:`_flush`)."""
+        groups, values = self._sq.setdefault(sq_B.dtype, ([], []))
+        groups.append(group)
+        values.append(sq_B)
+
+    def _flush(self) -> None:
+        """Every pending use's squared norms into ``norms2_GB`` in float64, a few ops per dtype (not per use)."""
+        for groups, values in self._sq.values():
+            index = torch.tensor(groups, dtype=torch.long).to(self.norms2_GB.device, non_blocking=True)
+            self.norms2_GB.index_add_(0, index, torch.stack(values).to(torch.float64))
+        self._sq = {}
 
     def release(self) -> None:
         """Drop the tape's uses and whatever is still kept, once the call is over (or has failed).
@@ -391,16 +446,30 @@ class _Reducer:
         self.tape.on_ready = None
         self.items.clear()
         self.multi.clear()
+        self.per.clear()
+        self._grouped_sq = {}
+        self._sq = {}
 
     def finish(self) -> torch.Tensor:
         for use in self.tape.uses:
             if not use.reduced and (use.g is not None or use.per_record is not None):
                 raise AssertionError(f"internal error: a use of {use.name!r} received a gradient but was not reduced")
         for key, (group, per) in self.multi.items():
-            self.norms2_GB[group] += sq_norms(per).to(torch.float64)
-            self.items.append(("per", key, group, per))
+            self.per.append((key, group, per))
         self.multi = {}
+        self._chunks()
+        for gn, sq in self._grouped_sq.values():
+            self._scatter_pairs(gn, sq)
+        self._grouped_sq = {}
+        self._flush()
         return self.norms2_GB
+
+
+def _add_part(parts: dict, param: torch.Tensor, name: str, slot: int | None, contrib: torch.Tensor) -> None:
+    """Add one use's clipped sum to its parameter's (or slot's) part."""
+    if slot in parts[name]:
+        contrib = contrib + parts[name][slot]
+    parts[name][slot] = contrib.to(sum_dtype(param))
 
 
 def _assemble(param: torch.Tensor, parts: dict[int | None, torch.Tensor]) -> torch.Tensor:

@@ -27,7 +27,7 @@ Legend: N tokens (B x T, record-major), K top-k slots, D hidden, E experts.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers.integrations.moe import (
@@ -38,7 +38,7 @@ from transformers.integrations.moe import (
 
 from raptor.errors import UnsupportedModelError
 from raptor.moe.expert_lora import expert_lora_forward, has_expert_lora
-from raptor.per_sample.capture import GroupedLinearFn, Tape, grouped_linear_use
+from raptor.per_sample.capture import GroupedLinearFn, Offsets, Tape, grouped_linear_use
 from raptor.roles.owners import owners_from_top1, owners_from_topk
 
 IMPLEMENTATION = "raptor"
@@ -101,12 +101,10 @@ def _recorded_experts_forward(self, call: ActiveCall, state: LayerState, lora: b
     E = self.num_experts
     keep = None
     # Sort the (token, slot) pairs by expert; the stable sort keeps tokens (so records) ascending.
+    # Every index is an expert of this layer (expert parallelism, whose sentinels are not, is refused above).
     expert_S, perm = torch.sort(top_k_index.reshape(-1), stable=True)
-    valid = (expert_S >= 0) & (expert_S < E)
-    if not bool(valid.all()):
-        expert_S, perm = expert_S[valid], perm[valid]
     tok_S = perm // K
-    counts = torch.bincount(expert_S, minlength=E).tolist()
+    offs = Offsets.of(expert_S, E)
     B = state.records
     T = N // B if B else 0
     if B * T != N:
@@ -118,11 +116,15 @@ def _recorded_experts_forward(self, call: ActiveCall, state: LayerState, lora: b
     rec_S = tok_S // max(T, 1)
     if state.mask_owners:
         keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
+    shared: dict = {}  # the layer's uses share their rows' layout (see grouped_linear_use)
 
     def project(x_S: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if tape is not None and tape.name_of(weight) is not None:
-            return grouped_linear_use(tape, x_S, weight, counts, rec_S, expert_S, keep, layer)
-        return _plain_grouped(x_S, weight, counts)
+            return grouped_linear_use(tape, x_S, weight, offs, rec_S, expert_S, keep, layer, shared)
+        if weight.requires_grad and torch.is_grad_enabled():
+            raise UnsupportedModelError(f"MoE layer {layer}: expert weight of shape {tuple(weight.shape)} is "
+                                        "trainable but not recorded by the engine; freeze it or train its layer")
+        return GroupedLinearFn.apply(x_S, offs, None, weight)
 
     def projection(x_S: torch.Tensor, name: str) -> torch.Tensor:
         out = project(x_S, getattr(self, name))
@@ -150,18 +152,6 @@ def _uncaptured():
     the backward, which :meth:`raptor.per_sample.engine.PerRecordEngine.compute` refuses.
     """
     return torch._C.DisableTorchFunction()
-
-
-def _plain_grouped(x_S: torch.Tensor, weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
-    """Per-expert ``x @ W[e]^T`` over rows sorted by expert (frozen weights: plain autograd)."""
-    parts, start = [], 0
-    for e, n in enumerate(counts):
-        if n:
-            parts.append(torch.nn.functional.linear(x_S[start:start + n], weight[e]))
-        start += n
-    if not parts:
-        return x_S.new_zeros((0, weight.shape[1]))
-    return torch.cat(parts)
 
 
 def module_dict_experts_forward(module, state: LayerState):
@@ -193,13 +183,13 @@ def module_dict_experts_forward(module, state: LayerState):
         E = state.num_experts
         pairs = torch.nonzero(selected_experts.reshape(N, -1).t(), as_tuple=False)  # [S, 2] sorted (expert, token)
         expert_S, tok_S = pairs[:, 0], pairs[:, 1]
-        counts = torch.bincount(expert_S, minlength=E).tolist()
+        offs = Offsets.of(expert_S, E)
         rec_S = tok_S // max(T, 1)
         keep = None
         if state.mask_owners:
             owner_B = call.owners[state.layer]
             keep = torch.nonzero(owner_B.index_select(0, rec_S) == expert_S, as_tuple=False).squeeze(1)
-        rows = _Rows(tape, counts, rec_S, expert_S, keep, state.layer)
+        rows = _Rows(tape, offs, rec_S, expert_S, keep, state.layer)
         h = act(rows.project(hidden_states.index_select(0, tok_S), wi))
         if h.dtype != wo_dtype and wo_dtype != torch.int8:
             h = h.to(wo_dtype)
@@ -253,17 +243,18 @@ class _Rows:
     """Rows of one Switch layer's dispatch, and how to project them with every expert's weight at once."""
 
     tape: Tape | None
-    counts: list[int]
+    offs: Offsets
     rec_S: torch.Tensor
     expert_S: torch.Tensor
     keep: torch.Tensor | None
     layer: int
+    shared: dict = field(default_factory=dict)  # the layer's uses share their rows' layout (see grouped_linear_use)
 
     def grouped(self, x_S: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
         if self.tape is not None and any(self.tape.name_of(w) is not None for w in weights):
-            return grouped_linear_use(self.tape, x_S, weights, self.counts, self.rec_S, self.expert_S, self.keep,
-                                      self.layer)
-        return GroupedLinearFn.apply(x_S, self.counts, None, *weights)
+            return grouped_linear_use(self.tape, x_S, weights, self.offs, self.rec_S, self.expert_S, self.keep,
+                                      self.layer, self.shared)
+        return GroupedLinearFn.apply(x_S, self.offs, None, *weights)
 
     def project(self, x_S: torch.Tensor, slots: list[_Projection]) -> torch.Tensor:
         """``x W_e^T`` (+ ``s (x A_e^T) B_e^T`` under LoRA, in PEFT's order and dtypes) on every row."""

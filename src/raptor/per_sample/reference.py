@@ -61,14 +61,16 @@ def reference_compute(
     trained_layers: Sequence[int],
     grouping: str,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = cross_entropy_per_record,
+    head_params: Sequence[str] = (),
 ) -> EngineResult:
-    """Per-record norms and clipped sums, one record at a time with plain autograd."""
+    """Per-record norms and clipped sums, one record at a time with plain autograd (``head_params``:
+    the shared stream's ``head`` group, as the engine's)."""
     ids, mask, labels = _batch_parts(batch)
     adapter = get_adapter(model)
     adapter.prepare(model)
     layers = adapter.moe_layers(model)
     gmap = build_group_map(model, [i.expert_params() for i in layers], trained_layers=trained_layers,
-                           grouping=grouping)
+                           grouping=grouping, head_params=head_params)
     clip = {(GroupKey.parse(k) if isinstance(k, str) else k): float(v) for k, v in clip_norms.items()}
     for key in gmap.keys:
         if key not in clip:
@@ -144,8 +146,12 @@ def reference_compute(
 
     # The library's own per-expert loop ("eager") is the plain path for fused experts; experts with
     # raptor's per-expert LoRA keep their plain implementation (raptor.moe.expert_lora), since the
-    # library's loop does not know the LoRA factors.
-    configs = {id(i.experts.config): i.experts.config for i in layers if i.fused and not has_expert_lora(i.experts)}
+    # library's loop does not know the LoRA factors. The implementation is a field of the (model-wide)
+    # config: a config shared with any LoRA-carrying layer keeps raptor's LoRA loop, which runs a layer
+    # without LoRA factors as plain experts.
+    lora_configs = {id(i.experts.config) for i in layers if i.fused and has_expert_lora(i.experts)}
+    configs = {id(i.experts.config): i.experts.config for i in layers
+               if i.fused and id(i.experts.config) not in lora_configs}
     saved = {k: c._experts_implementation_internal for k, c in configs.items()}
     for c in configs.values():
         c._experts_implementation_internal = "eager"

@@ -27,9 +27,10 @@ from transformers.models.switch_transformers.modeling_switch_transformers import
 )
 
 from raptor.errors import UnsupportedModelError
+from raptor.moe.adapters import get_adapter
 from raptor.moe.models import FAMILIES, init_weights_
 
-MLM_FAMILIES = ("switch_transformers",)
+MLM_FAMILIES = tuple(f for f in FAMILIES if get_adapter(f).pretrain_objective == "mlm")
 CAUSAL_FAMILIES = tuple(f for f in FAMILIES if f not in MLM_FAMILIES)
 
 

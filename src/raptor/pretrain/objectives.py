@@ -42,8 +42,12 @@ def mask_tokens(ids_BT: torch.Tensor, *, mask_id: int, vocab_size: int, special_
 def mlm_loss(model: nn.Module, ids_BT: torch.Tensor, *, mask_id: int, vocab_size: int,
              special_ids: tuple[int, ...], mask_prob: float, generator: torch.Generator):
     """Masked-token cross-entropy (mean over chosen positions), correct predictions, count."""
+    # the masks are drawn on the CPU from the CPU generator (the same draws on every device), then moved
+    device = next(model.parameters()).device
+    ids_BT = ids_BT.cpu()
     corrupted, chosen = mask_tokens(ids_BT, mask_id=mask_id, vocab_size=vocab_size, special_ids=special_ids,
                                     mask_prob=mask_prob, generator=generator)
+    ids_BT, corrupted, chosen = ids_BT.to(device), corrupted.to(device), chosen.to(device)
     hidden_BTD = lm_backbone_hidden(model, corrupted, torch.ones_like(ids_BT))
     logits_MV = lm_logits(model, hidden_BTD[chosen]).float()
     target_M = ids_BT[chosen]
@@ -56,6 +60,7 @@ def mlm_loss(model: nn.Module, ids_BT: torch.Tensor, *, mask_id: int, vocab_size
 
 def causal_loss(model: nn.Module, ids_BT: torch.Tensor):
     """Next-token cross-entropy (mean over B (T-1) positions), correct predictions, count."""
+    ids_BT = ids_BT.to(next(model.parameters()).device)
     hidden_BTD = lm_backbone_hidden(model, ids_BT, torch.ones_like(ids_BT))
     logits = lm_logits(model, hidden_BTD[:, :-1]).float()
     target = ids_BT[:, 1:]

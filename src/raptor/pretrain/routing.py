@@ -91,11 +91,13 @@ def router_losses(capture: RouterCapture, token_mask_N: torch.Tensor) -> tuple[t
     mask = token_mask_N.reshape(-1).bool()
     lb, z = [], []
     for layer in capture.layers.values():
+        mask = mask.to(layer.logits_NE.device)
         logits = layer.logits_NE[mask].float()
         E = logits.shape[1]
         probs = logits.softmax(dim=-1)
         counts = torch.zeros(E, dtype=torch.float32, device=logits.device)
-        counts.index_add_(0, layer.index_NK[mask].reshape(-1), torch.ones(layer.index_NK[mask].numel()))
+        counts.index_add_(0, layer.index_NK[mask].reshape(-1),
+                          torch.ones(layer.index_NK[mask].numel(), device=logits.device))
         f_E = counts / counts.sum().clamp(min=1.0)
         lb.append(E * (f_E * probs.mean(dim=0)).sum())
         z.append(torch.logsumexp(logits, dim=-1).pow(2).mean())
@@ -118,6 +120,17 @@ def _entropy(p: torch.Tensor) -> float:
     return float(-(p * p.log()).sum())
 
 
+def _on_cpu(layer):
+    """A captured layer's tensors on the CPU (a shallow copy; the capture keeps its own)."""
+    import copy
+
+    out = copy.copy(layer)
+    for name, value in vars(layer).items():
+        if isinstance(value, torch.Tensor):
+            setattr(out, name, value.cpu())
+    return out
+
+
 @torch.no_grad()
 def routing_statistics(model: nn.Module, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor, *,
                        batch_size: int = 64) -> dict[str, dict]:
@@ -130,12 +143,13 @@ def routing_statistics(model: nn.Module, input_ids_BT: torch.Tensor, attention_m
     accs: dict[int, _Acc] = {}
     with RouterCapture(model, detach=True) as cap:
         for start in range(0, input_ids_BT.shape[0], batch_size):
-            ids = input_ids_BT[start:start + batch_size]
-            mask = attention_mask_BT[start:start + batch_size]
-            _backbone(model, ids, mask)
+            ids = input_ids_BT[start:start + batch_size].cpu()
+            mask = attention_mask_BT[start:start + batch_size].cpu()
+            device = next(model.parameters()).device
+            _backbone(model, ids.to(device), mask.to(device))
             mask_N = mask.reshape(-1).bool()
             for info in cap.infos:
-                layer = cap.layers[info.index]
+                layer = _on_cpu(cap.layers[info.index])  # the statistics are accumulated on the CPU
                 E = info.num_experts
                 acc = accs.setdefault(info.index, _Acc(E, torch.zeros(E, dtype=torch.float64),
                                                        torch.zeros(E, dtype=torch.float64)))

@@ -43,6 +43,7 @@ from raptor import __version__
 from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
 from raptor.mechanisms import seeded_generator
+from raptor.moe.adapters import get_adapter
 from raptor.moe.models import FAMILIES, TinySize, tiny_config
 from raptor.pretrain.corpus import pack_blocks, public_text_files, read_paragraphs, split_held_out
 from raptor.pretrain.lm import build_lm, objective
@@ -90,6 +91,7 @@ class PretrainConfig:
     stats_records: int = 512
     save_dtype: str = "float16"
     seed: int = 0
+    dtype: str = "float32"  # compute precision: "bfloat16" = autocast; weights, optimizer, checkpoints stay float32
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -113,10 +115,16 @@ class PretrainConfig:
             raise ConfigError(f"--save-dtype must be float16 or float32, got {self.save_dtype!r}")
         if self.seed < 0:
             raise ConfigError(f"--seed must be >= 0, got {self.seed}")
+        if self.dtype not in COMPUTE_DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(COMPUTE_DTYPES)}, got {self.dtype!r}")
 
     @property
     def effective_top_k(self) -> int:
-        return 1 if self.family == "switch_transformers" else self.top_k
+        return 1 if get_adapter(self.family).top1 else self.top_k
+
+
+#: ``--dtype`` choices: the precision of the forward and backward (autocast); master weights stay float32.
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass
@@ -149,10 +157,7 @@ def model_config(config: PretrainConfig, tokenizer):
     size = TinySize(vocab_size=len(tokenizer), hidden_size=config.hidden_size, num_layers=config.num_layers,
                     num_heads=config.num_heads, num_experts=config.num_experts, top_k=config.effective_top_k,
                     expert_intermediate=config.expert_intermediate, max_positions=max(config.block_length, 128))
-    overrides = {}
-    if config.family == "switch_transformers":
-        overrides = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128)
-    cfg = tiny_config(config.family, size=size, **overrides)
+    cfg = tiny_config(config.family, size=size, **get_adapter(config.family).pretrain_overrides)
     cfg.pad_token_id = tokenizer.pad_token_id
     return cfg
 
@@ -168,8 +173,10 @@ def lr_at(config: PretrainConfig, step: int) -> float:
 class _Objective:
     """The family's objective on a batch of blocks (masked LM or causal LM)."""
 
-    def __init__(self, config: PretrainConfig, tokenizer):
+    def __init__(self, config: PretrainConfig, tokenizer, device: torch.device | str = "cpu"):
         self.kind = objective(config.family)
+        self.device_type = torch.device(device).type
+        self.low_precision = config.dtype != "float32"
         self.mask_prob = config.mask_prob
         self.mask_id = tokenizer.mask_token_id
         specials = [tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id,
@@ -178,6 +185,10 @@ class _Objective:
         self.vocab_size = len(tokenizer)
 
     def __call__(self, model, ids_BT: torch.Tensor, generator: torch.Generator):
+        with torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.low_precision):
+            return self._loss(model, ids_BT, generator)
+
+    def _loss(self, model, ids_BT: torch.Tensor, generator: torch.Generator):
         if self.kind == "mlm":
             return mlm_loss(model, ids_BT, mask_id=self.mask_id, vocab_size=self.vocab_size,
                             special_ids=self.special_ids, mask_prob=self.mask_prob, generator=generator)
@@ -255,8 +266,12 @@ def save_model(model, tokenizer, config: PretrainConfig, out: Path) -> None:
 
 
 def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None) -> PretrainResult | None:
+             stop_after: int | None = None, device: str = "cpu") -> PretrainResult | None:
     """Pre-train on public text and write ``config.output_dir`` (see the module docstring).
+
+    ``device``: where the model trains (``cpu``, ``cuda``); not part of the run's settings, so a run
+    started on one device can be resumed on another. Data order and masks are drawn on the CPU from
+    the seeded generators, the same on every device.
 
     ``stop_after`` (tests of resume) stops after that many steps of this call, right after a
     checkpoint, without writing the final outputs, and returns ``None``.
@@ -289,16 +304,17 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     train_NT = pack_blocks(tokenizer, train_par, block_length=config.block_length)
     held_NT = pack_blocks(tokenizer, held_par, block_length=config.block_length)[: config.eval_blocks]
     glue = glue_public_records(config, tokenizer) if config.glue_dir else {}
-    objective_fn = _Objective(config, tokenizer)
+    objective_fn = _Objective(config, tokenizer, device)
     mcfg = model_config(config, tokenizer)
-    model = build_lm(mcfg, seeded_generator(config.seed))
+    model = build_lm(mcfg, seeded_generator(config.seed)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data_gen = seeded_generator(config.seed + 1)
     setup_seconds = time.perf_counter() - t_setup
 
     config_dict = asdict(config)
     if resume:
-        state = torch.load(ckpt_path, weights_only=False)
+        state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+        state["config"].setdefault("dtype", "float32")  # runs saved before --dtype existed were float32
         if state["config"] != config_dict:
             diff = sorted(k for k in config_dict if state["config"].get(k) != config_dict[k])
             raise ConfigError(f"--resume: the run in {out} was started with different settings ({', '.join(diff)}); "
@@ -377,6 +393,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
         "raptor_version": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "device": str(device),
         "config": config_dict,
         "objective": objective(config.family),
         "privacy": ("public text only; load-balancing and z-losses on (public data, batch coupling costs "

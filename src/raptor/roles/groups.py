@@ -7,7 +7,10 @@ Groups (METHOD.md, "One update", step 3):
 * ``expert/l/e``: the parameters of expert ``e`` of MoE layer ``l`` (a block index of the
   transformer), for the *trained* layers only. For fused 3-D expert weights (``gate_up_proj``
   ``[E, 2I, D]``, ``down_proj`` ``[E, D, I]``) a group holds one slice ``index=e`` on dim 0;
-* ``dense``: one block holding every trainable parameter (dense DP-SGD and its baselines).
+* ``dense``: one block holding every trainable parameter (dense DP-SGD and its baselines);
+* ``head``: with a shared split (``PrivacyConfig.shared_split="head"``), the output head's
+  parameters, a second group of the shared stream with its own clip norm (the rest stays
+  ``shared``: the backbone).
 
 Expert parameters of MoE layers that are *not* trained must be frozen by the caller
 (``requires_grad_(False)``); :func:`build_group_map` raises :class:`ConfigError` otherwise, so an
@@ -29,6 +32,7 @@ from raptor.errors import ConfigError
 _SHARED = "shared"
 _DENSE = "dense"
 _EXPERT = "expert"
+_HEAD = "head"
 
 
 @dataclass(frozen=True, order=True)
@@ -40,8 +44,8 @@ class GroupKey:
     expert_id: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in (_SHARED, _DENSE, _EXPERT):
-            raise ConfigError(f"GroupKey.kind must be 'shared', 'dense' or 'expert', got {self.kind!r}")
+        if self.kind not in (_SHARED, _DENSE, _EXPERT, _HEAD):
+            raise ConfigError(f"GroupKey.kind must be 'shared', 'head', 'dense' or 'expert', got {self.kind!r}")
         if self.kind == _EXPERT:
             for name in ("layer", "expert_id"):
                 value = getattr(self, name)
@@ -59,6 +63,10 @@ class GroupKey:
         return cls(_DENSE)
 
     @classmethod
+    def head(cls) -> GroupKey:
+        return cls(_HEAD)
+
+    @classmethod
     def expert(cls, layer: int, expert: int) -> GroupKey:
         return cls(_EXPERT, int(layer), int(expert))
 
@@ -70,9 +78,11 @@ class GroupKey:
             return cls.shared()
         if parts == [_DENSE]:
             return cls.dense()
+        if parts == [_HEAD]:
+            return cls.head()
         if len(parts) == 3 and parts[0] == _EXPERT and parts[1].isdigit() and parts[2].isdigit():
             return cls.expert(int(parts[1]), int(parts[2]))
-        raise ConfigError(f"cannot parse group {text!r}; expected 'shared', 'dense' or 'expert/LAYER/EXPERT'")
+        raise ConfigError(f"cannot parse group {text!r}; expected 'shared', 'head', 'dense' or 'expert/LAYER/EXPERT'")
 
     @property
     def is_expert(self) -> bool:
@@ -178,12 +188,15 @@ def build_group_map(
     *,
     trained_layers: Sequence[int],
     grouping: str,
+    head_params: Iterable[str] = (),
 ) -> GroupMap:
     """The group map of ``model``'s trainable parameters (``requires_grad``) for ``grouping``.
 
     ``grouping="roles"``: shared + one group per (trained layer, expert). Trainable expert
     parameters of an untrained layer raise :class:`ConfigError`. ``grouping="dense"``: a single
-    ``dense`` group over everything (``trained_layers`` is then ignored).
+    ``dense`` group over everything (``trained_layers`` is then ignored). ``head_params``
+    (roles grouping only): trainable parameter names that form the ``head`` group of the shared
+    stream instead of being in ``shared``.
     """
     if grouping not in ("roles", "dense"):
         raise ConfigError(f"grouping must be 'roles' or 'dense', got {grouping!r}")
@@ -196,11 +209,15 @@ def build_group_map(
                     f"trained_layers contains {layer}, which is not an MoE layer; MoE layers are {sorted(known)}"
                 )
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    head_set = frozenset(head_params)
+    if head_set and grouping != "roles":
+        raise ConfigError("a head group (shared split) needs the roles grouping; the dense grouping has one group")
     if grouping == "dense":
         slices = tuple(ParamSlice(name) for name in params)
         return GroupMap(groups={GroupKey.dense(): slices}, params=params)
 
     shared: list[ParamSlice] = []
+    head: list[ParamSlice] = []
     experts: dict[GroupKey, list[ParamSlice]] = {}
     for layer in sorted(trained):
         for e in range(known[layer].num_experts):
@@ -208,7 +225,7 @@ def build_group_map(
     for name in params:
         hit = _expert_of(name, expert_layers)
         if hit is None:
-            shared.append(ParamSlice(name))
+            (head if name in head_set else shared).append(ParamSlice(name))
             continue
         info, e = hit
         if info.layer not in trained:
@@ -222,5 +239,7 @@ def build_group_map(
         else:
             experts[GroupKey.expert(info.layer, e)].append(ParamSlice(name))
     groups: dict[GroupKey, tuple[ParamSlice, ...]] = {GroupKey.shared(): tuple(shared)}
+    if head_set:
+        groups[GroupKey.head()] = tuple(head)
     groups.update({k: tuple(v) for k, v in experts.items()})
     return GroupMap(groups=groups, params=params)

@@ -25,6 +25,11 @@ B = qN:
 The bias of the public denominator cannot be measured without the private shares; as a public
 proxy :func:`split_half_bias` measures how much the shares of one half of the public corpus
 mis-scale the other half.
+
+n_hat is computed here and nowhere else: :func:`denominators` for the experts of one layer, and
+:func:`group_denominators` for every group key of a run (B for the shared/dense groups), which the
+public stage (:mod:`raptor.training.public_stage`) calls once before training; the per-step
+release (:mod:`raptor.training.release`) only divides by those numbers.
 """
 
 from __future__ import annotations
@@ -123,6 +128,30 @@ def denominators(batch_size: float, shares_E: torch.Tensor, kind: str = "public"
     if kind == "uniform":
         return torch.full_like(p, batch_size / p.numel())
     raise ConfigError(f"denominator kind must be 'public' or 'uniform', got {kind!r}")
+
+
+def group_denominators(
+    groups: Sequence[object], *, batch_size: int, shares: Mapping[int, Sequence[float]] | None, kind: str,
+) -> dict[object, float]:
+    """n_hat_g for every group key of a run (set up once, before training; the release only divides
+    by it): B for shared/head/dense groups; for expert (l, e) B pi_hat_{l,e} (``kind="public"``,
+    ``shares[l]`` the smoothed PUBLIC owner shares) or B / E_l ("uniform"), by :func:`denominators`.
+
+    Privacy: every input is public (group structure, B, public shares).
+    """
+    experts_per_layer: dict[int, int] = {}
+    for key in groups:
+        if getattr(key, "is_expert", False):
+            experts_per_layer[key.layer] = experts_per_layer.get(key.layer, 0) + 1
+    per_layer: dict[int, list[float]] = {}
+    for layer, count in experts_per_layer.items():
+        if kind == "public" and (shares is None or layer not in shares):
+            raise ConfigError(f"public denominator needs the public owner shares of layer {layer}")
+        layer_shares = torch.as_tensor(shares[layer] if kind == "public" else [1.0 / count] * count,
+                                       dtype=torch.float64)
+        per_layer[layer] = denominators(batch_size, layer_shares, kind).tolist()
+    return {key: (per_layer[key.layer][key.expert_id] if getattr(key, "is_expert", False) else float(batch_size))
+            for key in groups}
 
 
 def bias_factors(reference_shares_E: torch.Tensor, public_shares_E: torch.Tensor, kind: str = "public") -> torch.Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.training.config import TrainConfig, with_batch_size
 from raptor.training.distributed import Communicator, SingleProcess
@@ -21,12 +22,16 @@ from raptor.training.methods import METHOD_SPECS, MethodSpec
 from raptor.training.plan import make_noise_plan
 from raptor.training.public_stage import choose_trained_layers, public_routing, public_stage
 from raptor.training.step_plan import build_step_plan
-from raptor.training.trainable import apply_lora, set_trainable
+from raptor.training.trainable import LORA_POLICIES, apply_lora, freeze_head, head_param_names, set_trainable
 from raptor.training.trainer import Records, Trainer
 
 
-def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None) -> object:
+def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None, *,
+                head_params=()) -> object:
     """The gradient engine of a method: per-record (roles or dense grouping) or plain autograd.
+
+    ``head_params``: names of the head's parameters that form their own ``head`` group of the
+    shared stream (``PrivacyConfig.shared_split="head"``; roles grouping only).
 
     ``loss_fn``: the per-record loss hook; None: the model's objective, cross-entropy or squared
     error for a one-output (regression) head (:mod:`raptor.training.objectives`).
@@ -42,7 +47,22 @@ def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None
     from raptor.per_sample.engine import PerRecordEngine
 
     return PerRecordEngine(model, trained_layers=trained_layers if spec.grouping == "roles" else (),
-                           grouping=spec.grouping, loss_fn=loss_fn)
+                           grouping=spec.grouping, loss_fn=loss_fn, head_params=head_params)
+
+
+def split_head_params(model: nn.Module, config: TrainConfig, spec: MethodSpec) -> tuple[str, ...]:
+    """The head's trainable parameters when the shared stream is split (``--shared-split head``),
+    else (). The split needs the roles grouping and a shared stream with a trainable head."""
+    if config.privacy.shared_split == "none":
+        return ()
+    if spec.grouping != "roles" or "shared" not in spec.streams:
+        raise ConfigError(f"--shared-split {config.privacy.shared_split} splits the shared stream of a roles-grouped "
+                          f"method (raptor, shared-only); {config.method} has none: use --shared-split none")
+    names = head_param_names(model)
+    if not names:
+        raise ConfigError("--shared-split head: the head is not trained (--freeze-head, or a generative run); "
+                          "use --shared-split none")
+    return names
 
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
@@ -74,16 +94,20 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     layers = adapter.moe_layers(model)
     owners = comm.on_main(lambda: public_routing(model, public, config))  # rank 0's, on every rank
     trained, choice = choose_trained_layers(layers, owners, config, spec)
-    if spec.trainable == "lora":
+    if spec.trainable == "lora" or (config.lora and spec.trainable in LORA_POLICIES):
         from raptor.mechanisms import GeneratorSpec
 
         model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2),
-                           train_head=objective is None)
+                           train_head=objective is None and not config.freeze_head, policy=spec.trainable,
+                           trained_layers=trained)
     else:
         set_trainable(model, layers, policy=spec.trainable, trained_layers=trained,
                       freeze_shared_experts=objective is not None and objective.freeze_shared_experts)
+    if config.freeze_head:
+        freeze_head(model)
     comm.broadcast_module_(model)  # every replica starts from rank 0's weights (random inits included)
-    engine = make_engine(model, spec, trained, None if objective is None else objective.loss_fn)
+    engine = make_engine(model, spec, trained, None if objective is None else objective.loss_fn,
+                         head_params=split_head_params(model, config, spec))
     stage = comm.on_main(lambda: public_stage(engine, layers, public, config, spec, owners=owners, choice=choice,
                                               trained_layers=trained))
     noise = make_noise_plan(config, spec.streams, dataset_size=int(train["labels"].shape[0]),

@@ -53,6 +53,8 @@ RNG = "rng.pt"
 OLD_SUFFIX = ".old"
 TMP_SUFFIX = ".tmp"
 _RESUME_HINT = "resume from an earlier copy, or start a new run"
+_VERSION_HINT = ("damaged, or written by another raptor version; start a new run (or resume it with the raptor "
+                 "version that wrote it)")
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -117,8 +119,10 @@ def save_checkpoint(
     for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
         _fsync_file(file)
         digests[file.relative_to(tmp).as_posix()] = sha256_file(file)
-    state = {"format": FORMAT, "step": int(step), "ledger": ledger, "config": config, "weights": weights,
-             "secure_rng": bool(secure_rng), "rng_saved": bool(save_rng), "extra": extra or {},
+    from raptor import __version__
+
+    state = {"format": FORMAT, "raptor_version": __version__, "step": int(step), "ledger": ledger, "config": config,
+             "weights": weights, "secure_rng": bool(secure_rng), "rng_saved": bool(save_rng), "extra": extra or {},
              "fingerprint": fingerprint or {}, "files": digests}
     _write_synced(tmp / STATE, json.dumps(state, indent=2, sort_keys=True))
     _fsync_dir(tmp)
@@ -174,13 +178,21 @@ def read_state(path: str | Path) -> dict:
     if not isinstance(state, dict):
         raise CheckpointError(f"{file}: corrupt checkpoint state (expected a JSON object); {_RESUME_HINT}")
     if state.get("format") != FORMAT:
-        raise CheckpointError(f"{file}: unknown checkpoint format {state.get('format')!r}, expected {FORMAT!r}; "
-                              "it was written by another raptor version")
+        from raptor import __version__
+
+        written = f" (written by raptor {state['raptor_version']})" if isinstance(state.get("raptor_version"), str) \
+            else ""
+        fmt = "no format field" if state.get("format") is None else f"checkpoint format {state['format']!r}"
+        raise CheckpointError(f"{file}: {fmt}{written}, but raptor {__version__} "
+                              f"reads {FORMAT!r}: the checkpoint was written by another raptor version and cannot be "
+                              "resumed; start a new run (or resume it with the raptor version that wrote it)")
     for key, kind in (("step", int), ("files", dict), ("config", dict), ("extra", dict), ("ledger", dict),
-                      ("rng_saved", bool), ("weights", str)):
-        if not isinstance(state.get(key), kind):
-            raise CheckpointError(f"{file}: corrupt checkpoint state (field {key!r} is missing or not a "
-                                  f"{kind.__name__}); {_RESUME_HINT}")
+                      ("rng_saved", bool), ("weights", str), ("fingerprint", dict)):
+        if not isinstance(state.get(key), kind) or kind is int and isinstance(state.get(key), bool):
+            raise CheckpointError(f"{file}: field {key!r} is missing or not a {kind.__name__}; the checkpoint is "
+                                  f"{_VERSION_HINT}")
+    if state["step"] < 0:
+        raise CheckpointError(f"{file}: step {state['step']} is negative; the checkpoint is {_VERSION_HINT}")
     state["path"] = str(path)
     return state
 
@@ -195,6 +207,22 @@ def verify_files(path: str | Path, state: dict) -> None:
         if sha256_file(file) != digest:
             raise CheckpointError(f"{file}: corrupt or truncated (its SHA-256 differs from the one recorded in "
                                   f"{path / STATE}); {_RESUME_HINT}")
+
+
+def _restore_each(file: Path, targets: Mapping[str, object], what: str, load: Callable[[object, object], object],
+                  errors: tuple[type[Exception], ...], failure: str) -> None:
+    """Load ``file`` (a dict {name: state}, one per target) into ``targets`` by ``load(target, state)``:
+    the optimizers and the generators of a run. Other names, or a state ``load`` refuses with one of
+    ``errors``, raise :class:`CheckpointError` naming the file and the ``what``."""
+    states = _torch_load(file)
+    if not isinstance(states, dict) or set(states) != set(targets):
+        got = sorted(states) if isinstance(states, dict) else type(states).__name__
+        raise CheckpointError(f"{file}: has {what}s {got}, the run has {sorted(targets)}")
+    for k, target in targets.items():
+        try:
+            load(target, states[k])
+        except errors as err:
+            raise CheckpointError(f"{file}: {what} {k!r} {failure} ({err})") from err
 
 
 def _torch_load(file: Path):
@@ -219,6 +247,10 @@ def load_checkpoint(
     invalid ledger is reported naming ``state.json``."""
     state = read_state(path)
     path = Path(state["path"])
+    unlisted = [n for n in (WEIGHTS, OPTIMIZERS, *((RNG,) if state["rng_saved"] else ())) if n not in state["files"]]
+    if unlisted:
+        raise CheckpointError(f"{path / STATE}: records no SHA-256 for {', '.join(unlisted)}, so the file cannot be "
+                              f"checked before it is loaded; the checkpoint is {_VERSION_HINT}")
     verify_files(path, state)
     ledger_object = None
     if ledger_from_dict is not None:
@@ -248,24 +280,10 @@ def load_checkpoint(
                 raise CheckpointError(f"checkpoint {path}: weight {n} has shape {tuple(saved[n].shape)}, "
                                       f"model has {tuple(p.shape)}; resume with the same --model and sizes")
             p.copy_(saved[n])
-    opt_states = _torch_load(path / OPTIMIZERS)
-    if not isinstance(opt_states, dict) or set(opt_states) != set(optimizers):
-        got = sorted(opt_states) if isinstance(opt_states, dict) else type(opt_states).__name__
-        raise CheckpointError(f"{path / OPTIMIZERS}: has optimizers {got}, the run has {sorted(optimizers)}")
-    for k, opt in optimizers.items():
-        try:
-            opt.load_state_dict(opt_states[k])
-        except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{path / OPTIMIZERS}: optimizer {k!r} does not fit this run ({err})") from err
+    _restore_each(path / OPTIMIZERS, optimizers, "optimizer", lambda opt, st: opt.load_state_dict(st),
+                  (ValueError, KeyError, TypeError), "does not fit this run")
     if state["rng_saved"]:
-        rng = _torch_load(path / RNG)
-        if not isinstance(rng, dict) or set(rng) != set(generators):
-            got = sorted(rng) if isinstance(rng, dict) else type(rng).__name__
-            raise CheckpointError(f"{path / RNG}: has generators {got}, the run has {sorted(generators)}")
-        for k, g in generators.items():
-            try:
-                g.set_state(rng[k])
-            except (RuntimeError, TypeError) as err:
-                raise CheckpointError(f"{path / RNG}: generator {k!r} state is invalid ({err})") from err
+        _restore_each(path / RNG, generators, "generator", lambda g, st: g.set_state(st),
+                      (RuntimeError, TypeError), "state is invalid")
     state["ledger_object"] = ledger_object
     return state

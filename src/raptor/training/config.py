@@ -21,14 +21,14 @@ from pathlib import Path
 from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
 from raptor.accounting.rules import alternating_phase
 from raptor.errors import ConfigError
+from raptor.training.methods import METHOD_SPECS
 
-#: Training methods (METHOD.md, "Baselines").
-METHODS: tuple[str, ...] = (
-    "nonprivate", "dpsgd", "dp-lora", "shared-only", "expert-only", "last-layer", "raptor",
-)
+#: Training methods (METHOD.md, "Baselines"): the keys of the method table, its one source.
+METHODS: tuple[str, ...] = tuple(METHOD_SPECS)
 OPTIMIZERS = ("adamw", "sgd")
 DENOMINATORS = ("public", "uniform")
 CLIP_RULES = ("uniform", "median-ratio", "quantile")
+SHARED_SPLITS = ("none", "head")
 DTYPES = ("float32", "float64", "bfloat16")
 
 
@@ -99,6 +99,12 @@ class PrivacyConfig:
     a model whose experts carry task signal a lower r may be better: it is ``--shared-ratio``.
     ``noise_multipliers`` = (sigma_s, sigma_e) overrides calibration (experiments/tests; the
     ledger still records what is executed).
+    ``shared_split="head"`` (group-wise shared clipping, roles grouping only): the output head
+    and the backbone are two groups of the shared stream, each clipped to its own C_g (from the
+    PUBLIC median per-record norms m_g: C_g = C_s m_g / ||m||, so the stream's total sensitivity
+    stays C_s) and noised with sigma_s sqrt(2): the pair is still one Gaussian of multiplier
+    sigma_s (:mod:`raptor.training.step_plan`), so the budget is unchanged. It keeps the head,
+    whose per-record norm can be 1000x the backbone's, from eating the backbone's clip.
     """
 
     epsilon: float | None = 8.0
@@ -115,9 +121,11 @@ class PrivacyConfig:
     pseudo_count: float = 1.0
     secure_rng: bool = True
     noise_multipliers: tuple[float | None, float | None] | None = None
+    shared_split: str = "none"
 
     def __post_init__(self) -> None:
         c = "PrivacyConfig"
+        _choice(c, "shared_split", self.shared_split, SHARED_SPLITS)
         if self.epsilon is not None:
             _positive(c, "epsilon", self.epsilon)
         if self.delta is not None and not (isinstance(self.delta, float) and 0.0 < self.delta < 1.0):
@@ -220,9 +228,15 @@ class TrainConfig:
     records, resolved once N is known (:func:`with_batch_size`, called by ``fine_tune``,
     ``build_trainer`` and ``raptor train``); an explicit value is kept as given.
     ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
-    of MoE layer indices; ``num_auto_layers`` is how many "auto" picks. LoRA (dp-lora): rank 8,
-    alpha 16 as in the reference, but dropout 0 (the reference's 0.05 would draw from torch's global
-    RNG, which raptor never uses).
+    of MoE layer indices, or "last" (the last MoE layer, the reference's choice); ``num_auto_layers``
+    is how many "auto" picks. LoRA: rank 8, alpha 16 as in the reference, but dropout 0 (the
+    reference's 0.05 would draw from torch's global RNG, which raptor never uses). ``lora=True``
+    trains LoRA adapters instead of full weights in every method whose trainable set is built from
+    roles (raptor, dpsgd, dpsgd-full, shared-only, expert-only): attention LoRA in the shared
+    stream, one LoRA per expert of the trained layers in the expert stream, so that ``dpsgd`` stays
+    RAPTOR's trainable set under one clip (dp-lora is always LoRA). ``freeze_head=True`` keeps the
+    output head at its initial (e.g. label-word) weights: it is in no clipping group and never
+    updated (the reference's protocol).
     """
 
     method: str = "raptor"
@@ -238,6 +252,8 @@ class TrainConfig:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
+    lora: bool = False
+    freeze_head: bool = False
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     performance: PerformanceConfig = field(default_factory=PerformanceConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -253,11 +269,18 @@ class TrainConfig:
             raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise _err(c, "seed", self.seed, "an integer >= 0 or None (secure randomness)")
-        if self.layers != "auto":
+        if self.layers not in ("auto", "last"):
             lay = tuple(self.layers) if not isinstance(self.layers, str) else None
             if not lay or any(not isinstance(v, int) or v < 0 for v in lay) or len(set(lay)) != len(lay):
-                raise _err(c, "layers", self.layers, "'auto' or a non-empty tuple of distinct MoE layer indices >= 0")
+                raise _err(c, "layers", self.layers, "'auto', 'last' or a non-empty tuple of distinct MoE layer "
+                           "indices >= 0")
             object.__setattr__(self, "layers", tuple(sorted(lay)))
+        for name in ("lora", "freeze_head"):
+            if not isinstance(getattr(self, name), bool):
+                raise _err(c, name, getattr(self, name), "True or False")
+        if self.lora and self.method == "last-layer":
+            raise ConfigError("TrainConfig: lora=True (--lora) does not apply to last-layer (full weights of the last "
+                              "block by definition); use dp-lora for LoRA on every block")
         for name in ("num_auto_layers", "max_length", "lora_rank"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -338,13 +361,23 @@ def with_batch_size(config: TrainConfig, num_private: int) -> TrainConfig:
 
 
 def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
-    """The reference's matched defaults (METHOD.md): B 1024, lr 2e-4, AdamW (0.9, 0.999, wd 0.01),
-    3 epochs, C = 1, epsilon = 8, shared ratio 0.3, max length 128, last sparse layer."""
-    cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128,
+    """The reference's protocol (``--recipe paper``; METHOD.md and docs/METHOD.md's table): the
+    label-word head FROZEN, LoRA r 8 (alpha 16) on attention and on the experts of the trained
+    layer (every method built from roles; dp-lora as always), the LAST sparse layer, B 1024,
+    AdamW lr 2e-4 (0.9, 0.999, wd 0.01), 3 epochs, C_s = C_e = 1, epsilon 8, shared ratio 0.3,
+    max length 128. ``dpsgd`` is then the reference's matched baseline (same parameters, one clip,
+    one sigma, same Poisson schedule) and ``dpsgd-full`` its naive one. Head initialisation is the
+    caller's (``--head-init label-words``); a frozen random head is allowed but rarely useful."""
+    cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128, layers="last",
+                      lora=method not in ("dp-lora", "last-layer"), freeze_head=True,
                       privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
                                             clip_expert=1.0, shared_ratio=0.3),
                       optim=OptimConfig(name="adamw", lr=2e-4))
     return replace(cfg, **overrides) if overrides else cfg
+
+
+#: named recipes (``raptor train --recipe NAME``): functions of the method returning a TrainConfig
+RECIPES = {"paper": reference_recipe}
 
 
 def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:

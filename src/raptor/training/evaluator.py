@@ -12,7 +12,10 @@
 * ``dev_loss``: the mean per-record loss (cross-entropy, or squared error for regression) on the
   first split;
 * ``accuracy``: the first split's accuracy for a classification task (``None`` for regression),
-  the field older results carried.
+  the field older results carried;
+* ``single_class``: for a classification task whose model predicts ONE class for every record of
+  the first split (a collapsed classifier: its accuracy is that class's share), that class id;
+  else ``None``.
 
 Data-parallel runs (``comm``, :mod:`raptor.training.distributed`): each rank predicts its contiguous
 shard of every split, and the predictions and loss sums are gathered on every rank before the
@@ -36,6 +39,12 @@ from raptor.errors import ConfigError
 from raptor.evaluation.metrics import DEFAULT_METRICS, check_metric_names, compute_metrics
 
 Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
+
+
+def metric_names(names: Sequence[str], task_type: str) -> tuple[str, ...]:
+    """``names`` checked against the metrics of ``task_type`` (a :class:`ConfigError` names the
+    unknown or mismatched one)."""
+    return check_metric_names(names, task_type)
 
 
 class Evaluator:
@@ -92,7 +101,7 @@ class Evaluator:
 
     def __call__(self, model: nn.Module) -> dict:
         metrics: dict[str, float] = {}
-        dev_loss = accuracy = None
+        dev_loss = accuracy = single = None
         for i, (split, records) in enumerate(self.sets.items()):
             preds, loss = self.predict(model, records)
             values = compute_metrics(self.metrics, preds.numpy(), records["labels"].cpu().numpy())
@@ -100,6 +109,9 @@ class Evaluator:
             if i == 0:
                 dev_loss = loss
                 if self.task_type == "classification":
+                    classes = torch.unique(preds)
+                    single = int(classes[0]) if preds.numel() > 1 and classes.numel() == 1 else None
                     accuracy = values["accuracy"] if "accuracy" in values else \
                         compute_metrics(("accuracy",), preds.numpy(), records["labels"].cpu().numpy())["accuracy"]
-        return {"metrics": metrics, "main_metric": self.main_metric, "dev_loss": dev_loss, "accuracy": accuracy}
+        return {"metrics": metrics, "main_metric": self.main_metric, "dev_loss": dev_loss, "accuracy": accuracy,
+                "single_class": single}

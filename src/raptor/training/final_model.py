@@ -98,3 +98,13 @@ def read_label_names(path: str | Path) -> list[str]:
         return list(meta["label_names"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise CheckpointError(f"{file}: corrupt label map ({err})") from err
+
+
+def load_final_model(path: str | Path, device: str = "cpu"):
+    """(model, tokenizer, label names, max length) of a final model written by :func:`save_final_model`
+    (``raptor predict``); no label names means a regression head."""
+    from raptor.data import load_tokenizer
+    from raptor.moe.models import load_model
+
+    return (load_model(path).to(device), load_tokenizer(path), read_label_names(path),
+            read_max_length(path))

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # torch, transformers and tokenizers are imported on use (fas
     import torch
 
     from raptor.data import ClassificationData
+    from raptor.data.loaders import DataSource
+    from raptor.training.config import TrainConfig
 
 DEFAULT_MODEL = "switch_transformers"
 
@@ -65,3 +67,37 @@ def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, nu
         model = load_model(source.model, num_labels=num_labels, generator=generator)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model, tokenizer
+
+
+def shipped_models() -> tuple[str, ...]:
+    """The names of the models shipped with raptor (:func:`raptor.shipped.available`)."""
+    from raptor.shipped import available
+
+    return tuple(available())
+
+
+def init_generator(seed: int | None) -> torch.Generator:
+    """A run's initialisation generator (stream 3 of :class:`raptor.mechanisms.GeneratorSpec`): it
+    draws a tiny family's weights or a new head. Without ``seed`` it comes from the OS CSPRNG
+    (a secure run); with one, the run is reproducible and NOT secure."""
+    from raptor.mechanisms import GeneratorSpec
+
+    return GeneratorSpec(secure=seed is None, seed=seed).make(3)
+
+
+def load_run(config: TrainConfig, data: DataSource, model: ModelSource):
+    """(config, data, model, tokenizer) of a classification run: the records of ``data``
+    (:func:`raptor.data.loaders.load_data`), ``config`` with its batch size resolved against the
+    private records (default N/10, :func:`raptor.training.plan.check_batch_size`), and the model
+    and tokenizer (:func:`load_model_and_tokenizer`, from :func:`init_generator` of the config's
+    seed). What ``raptor audit one-run`` loads from ``raptor train`` flags."""
+    from raptor.data.loaders import load_data
+    from raptor.training.config import with_batch_size
+    from raptor.training.plan import check_batch_size
+
+    loaded = load_data(data)
+    config = with_batch_size(config, len(loaded.private))
+    check_batch_size(config.batch_size, len(loaded.private))
+    net, tokenizer = load_model_and_tokenizer(model, loaded.public, loaded.private.num_labels,
+                                              init_generator(config.seed))
+    return config, loaded, net, tokenizer

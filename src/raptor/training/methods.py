@@ -4,6 +4,7 @@
 |---------------|-------------------------------------------------|----------|-------------------------|
 | nonprivate    | shared + experts of the chosen layers           | (plain)  | no clipping, no noise   |
 | dpsgd         | shared + experts of the chosen layers           | dense    | one block, one C, one σ |
+| dpsgd-full    | shared + the experts of EVERY MoE layer          | dense    | one block, one C, one σ |
 | dp-lora       | LoRA adapters (attention, experts) + head        | dense    | one block               |
 | shared-only   | shared parameters (all experts frozen)           | roles    | shared                  |
 | expert-only   | experts of the chosen layers (shared frozen)     | roles    | expert                  |
@@ -13,6 +14,13 @@
 Every method uses the same Poisson sampling (q = B/N), the same planned number of updates, the
 same ledger and accountant. Routers stay frozen in every method (the reference's setting);
 ``TrainConfig``'s clip norms, learning rate and batch size apply to all methods alike.
+
+``dpsgd`` trains exactly RAPTOR's set under one clip and one sigma: the reference's matched
+baseline (``baseline_a_global_matched``). ``dpsgd-full`` is its naive baseline: every layer's
+experts and the shared parameters under one clip. With ``TrainConfig.lora`` every method whose
+trainable set comes from roles (roles, shared, experts, all) trains LoRA adapters on that same
+set instead (attention LoRA in the shared part, one LoRA per expert in the expert part), so the
+matching holds under LoRA too; with ``TrainConfig.freeze_head`` no method trains the head.
 """
 
 from __future__ import annotations
@@ -20,9 +28,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from raptor.errors import ConfigError
-from raptor.training.config import METHODS
 
-TRAINABLE_SETS: tuple[str, ...] = ("roles", "shared", "experts", "last-block", "lora")
+TRAINABLE_SETS: tuple[str, ...] = ("roles", "shared", "experts", "all", "last-block", "lora")
 GROUPINGS: tuple[str | None, ...] = ("roles", "dense", None)
 
 
@@ -52,10 +59,10 @@ class MethodSpec:
 METHOD_SPECS: dict[str, MethodSpec] = {
     "nonprivate": MethodSpec("roles", None, (), True),
     "dpsgd": MethodSpec("roles", "dense", ("shared",), True),
+    "dpsgd-full": MethodSpec("all", "dense", ("shared",), False),
     "dp-lora": MethodSpec("lora", "dense", ("shared",), False),
     "shared-only": MethodSpec("shared", "roles", ("shared",), False),
     "expert-only": MethodSpec("experts", "roles", ("expert",), True),
     "last-layer": MethodSpec("last-block", "dense", ("shared",), False),
     "raptor": MethodSpec("roles", "roles", ("shared", "expert"), True),
 }
-assert tuple(METHOD_SPECS) == METHODS, "the method table and config.METHODS must list the same methods"

@@ -13,6 +13,7 @@ public schedule (``phase(t)``) and ``noise_multiplier_for_step(t)``, the sigma t
   records nothing and the run reports epsilon = inf.
 * :func:`nonprivate_plan`: explicit sigma 0 for both streams, ``private=False``.
 * :func:`make_noise_plan`: the one a method and a config call for.
+* :func:`check_batch_size`: the one rule for the expected batch size against N (q = B/N < 1).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from dataclasses import dataclass
 from raptor.accounting.rules import step_noise_multiplier
 from raptor.errors import ConfigError
 from raptor.training.config import Schedule, TrainConfig
+
+
+def check_batch_size(batch_size: int, dataset_size: int) -> None:
+    """The expected Poisson batch size B must satisfy 1 <= B < N (q = B/N in (0, 1)): with B >= N
+    every record would be in almost every batch, and subsampling would amplify nothing. Shared by
+    :func:`raptor.fine_tune`, ``raptor train`` (both objectives) and :func:`make_noise_plan`."""
+    if not 1 <= batch_size < dataset_size:
+        raise ConfigError(f"--batch-size {batch_size} must be below the {dataset_size} private records (and at "
+                          "least 1): lower --batch-size or add records")
 
 
 @dataclass(frozen=True)
@@ -82,9 +92,12 @@ def make_noise_plan(config: TrainConfig, streams: tuple[str, ...], *, dataset_si
     Privacy: public inputs only (N, B, T, L, the config).
     """
     steps = config.num_steps(dataset_size)
+    check_batch_size(config.batch_size, dataset_size)
     q = config.batch_size / dataset_size
-    if not 0 < q <= 1:
-        raise ConfigError(f"batch_size {config.batch_size} must be <= the {dataset_size} private records")
+    from raptor.accounting.events import check_steps
+
+    check_steps(steps, f"--steps {config.steps}" if config.steps is not None else
+                f"--epochs {config.epochs:g} of N={dataset_size} records at B={config.batch_size}")
     if not streams:
         return nonprivate_plan(q, steps)
     priv = config.privacy

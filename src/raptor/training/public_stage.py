@@ -2,9 +2,9 @@
 
 Routing of the public records (owners per MoE layer), the layer choice
 (:func:`raptor.roles.layer_choice.choose_from_owners`, ``layers="auto"``), the smoothed public owner
-shares, the public denominators n_hat_g (:func:`raptor.training.release.group_denominators`, the one
-place they are computed), the clip norms C_g (per-expert ones from public gradient norms under
-``clip_rule``) and the report that goes into results.json (built from the same numbers).
+shares, the public denominators n_hat_g (computed by
+:func:`raptor.roles.public_stats.group_denominators`, called here once), the clip norms C_g
+(per-expert ones from public gradient norms under ``clip_rule``) and the report that goes into results.json (built from the same numbers).
 
 Privacy: public corpus only; the private training records are never handed to anything here.
 """
@@ -24,7 +24,7 @@ from raptor.roles import public_stats as ps
 from raptor.roles.layer_choice import LayerChoice, choose_from_owners
 from raptor.training.config import TrainConfig
 from raptor.training.methods import MethodSpec
-from raptor.training.release import group_denominators, stream_of
+from raptor.training.release import stream_of
 
 Records = Mapping[str, torch.Tensor]
 
@@ -61,6 +61,9 @@ def public_needs(config: TrainConfig, spec: MethodSpec, *, trains_tokenizer: boo
         needs.append("the tokenizer of a tiny random-init model (or give --tokenizer)")
     if spec.uses_layers and config.layers == "auto":
         needs.append("the automatic layer choice (--layers auto; or give --layers, e.g. --layers 1)")
+    if config.privacy.shared_split != "none":
+        needs.append(f"the clip norms of the shared stream's groups (--shared-split {config.privacy.shared_split}; "
+                     "or none)")
     if spec.grouping == "roles" and "expert" in spec.streams:
         if config.privacy.denominator == "public":
             needs.append("the public expert denominators (--denominator public; or --denominator uniform)")
@@ -72,6 +75,10 @@ def public_needs(config: TrainConfig, spec: MethodSpec, *, trains_tokenizer: boo
 def check_labelled(labelled: bool, config: TrainConfig, spec: MethodSpec) -> None:
     """An unlabelled public corpus (a model's ``public.txt``) gives routing statistics but no
     public gradient norms: refuse the public per-expert clip rules with it."""
+    if not labelled and config.privacy.shared_split != "none":
+        raise ConfigError(f"--shared-split {config.privacy.shared_split} needs labelled public records (public "
+                          "gradient norms) but the public corpus is unlabelled text; use --shared-split none or give "
+                          "--public-file with labels")
     if not labelled and spec.grouping == "roles" and "expert" in spec.streams and \
             config.privacy.clip_rule != "uniform":
         raise ConfigError(f"--clip-rule {config.privacy.clip_rule} needs labelled public records (public gradient "
@@ -105,14 +112,22 @@ def public_routing(model: nn.Module, public: Records, config: TrainConfig) -> di
 def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, torch.Tensor], config: TrainConfig,
                           spec: MethodSpec) -> tuple[tuple[int, ...], LayerChoice]:
     """(trained MoE layers, the public layer table): ``config.layers`` or the "auto" rule for
-    methods that pick layers; the last MoE block for last-layer; none otherwise."""
+    methods that pick layers ("last": the last MoE layer); the last MoE block for last-layer; every
+    MoE layer for dpsgd-full; none otherwise."""
     num_experts = {info.index: info.num_experts for info in layers}
+    if spec.uses_layers and config.layers == "auto" and config.num_auto_layers > len(layers):
+        raise ConfigError(f"--num-auto-layers {config.num_auto_layers}: the model has only {len(layers)} MoE layers "
+                          f"({sorted(num_experts)}); give at most {len(layers)}")
     choice = choose_from_owners(owners, num_experts, count=min(config.num_auto_layers, len(layers)),
                                 pseudo_count=config.privacy.pseudo_count)
     if not spec.uses_layers:
+        if spec.trainable == "all":
+            return tuple(info.index for info in layers), choice
         return ((layers[-1].index,) if spec.trainable == "last-block" else ()), choice
     if config.layers == "auto":
         return tuple(choice.chosen), choice
+    if config.layers == "last":
+        return (layers[-1].index,), choice
     unknown = sorted(set(config.layers) - set(num_experts))
     if unknown:
         raise ConfigError(f"--layers {unknown} are not MoE layers; the MoE layers are {sorted(num_experts)}")
@@ -137,13 +152,41 @@ def public_clip_norms(engine, public: Records, config: TrainConfig) -> dict:
                                 quantile=config.privacy.clip_quantile)
 
 
+def split_clip_norms(engine, public: Records, config: TrainConfig) -> dict:
+    """Clip norms of the shared stream's groups when it is split (backbone ``shared`` and ``head``):
+    C_g = C_s m_g / ||m||, m_g the median PUBLIC per-record norm of group g, so each group is clipped
+    at its own scale (the head cannot eat the backbone's clip) and the stream's total sensitivity
+    stays C_s. A group with no positive public norm gets C_s / sqrt(G).
+
+    Privacy: public corpus only.
+    """
+    keys = [k for k in engine.group_map.keys if stream_of(k) == "shared" and engine.group_map.groups[k]]
+    inf = {k: math.inf for k in engine.group_map.keys}
+    collected: dict = {k: [] for k in keys}
+    for batch in batches(public, config.performance.micro_batch_size, config.performance.device):
+        res = engine.compute(batch, inf)
+        for k in keys:
+            collected[k].append(res.norms[k].detach().double().cpu())
+    medians = {}
+    for k in keys:
+        n = torch.cat(collected[k]) if collected[k] else torch.zeros(0, dtype=torch.float64)
+        n = n[torch.isfinite(n) & (n > 0)]
+        medians[k] = float(n.median()) if n.numel() else 0.0
+    total = math.sqrt(sum(m * m for m in medians.values()))
+    c_s = float(config.privacy.clip_shared)
+    if total == 0:
+        return {k: c_s / math.sqrt(len(keys)) for k in keys}
+    return {k: (c_s * m / total if m > 0 else c_s / math.sqrt(len(keys))) for k, m in medians.items()}
+
+
 def public_stage(engine, layers: Sequence[MoELayerInfo], public: Records, config: TrainConfig, spec: MethodSpec, *,
                  owners: Mapping[int, torch.Tensor], choice: LayerChoice,
                  trained_layers: Sequence[int]) -> PublicStage:
     """The frozen public stage of a run whose engine (and trainable set) is built.
 
     Clip norms: infinite on the plain path (grouping None, no clipping); C_s for the shared or
-    dense group; for experts C (``clip_rule="uniform"``) or the public per-expert rule.
+    dense group (split between backbone and head by :func:`split_clip_norms` under
+    ``shared_split``); for experts C (``clip_rule="uniform"``) or the public per-expert rule.
     """
     priv = config.privacy
     num_experts = {info.index: info.num_experts for info in layers}
@@ -158,7 +201,9 @@ def public_stage(engine, layers: Sequence[MoELayerInfo], public: Records, config
             expert_clips = public_clip_norms(engine, public, config)
         clips = {k: (float(priv.clip_shared) if stream_of(k) == "shared" else
                      float(priv.clip_expert if expert_clips is None else expert_clips[k])) for k in keys}
-    dens = group_denominators(keys, batch_size=config.batch_size, shares=shares, kind=priv.denominator)
+        if priv.shared_split != "none":
+            clips.update(split_clip_norms(engine, public, config))
+    dens = ps.group_denominators(keys, batch_size=config.batch_size, shares=shares, kind=priv.denominator)
     return PublicStage(owners=dict(owners), layer_choice=choice, trained_layers=tuple(trained_layers),
                        shares=shares, denominators=dens, clip_norms=clips,
                        public_records=int(public["labels"].shape[0]))

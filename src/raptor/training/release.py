@@ -8,8 +8,9 @@ sample), clip norm C_g, noise multiplier sigma_g and PUBLIC denominator n_hat_g:
 * shared / dense group: n_hat = B (the expected batch size, public);
 * expert (l, e): n_hat = B pi_hat_{l,e} (public owner share) or B / E_l (uniform), for EVERY expert
   of every trained layer, whether or not any of its owners was sampled (a noise-only update).
-  :func:`group_denominators` is the one place n_hat is computed (via
-  :func:`raptor.roles.public_stats.denominators`); the report shows the same numbers.
+  n_hat is not computed here: it is set up once before training
+  (:func:`raptor.roles.public_stats.group_denominators`, called by the public stage) and reaches
+  each step in its :class:`GroupRelease`; the report shows the same numbers.
 
 Each group's (and each fused-weight slice's) noise is an independent draw from the explicit
 generator, made in float32 (float64 for float64 params) and cast when added. The draw order is
@@ -36,7 +37,6 @@ import torch
 
 from raptor.errors import ConfigError
 from raptor.mechanisms import add_gaussian_noise_
-from raptor.roles.public_stats import denominators
 
 STREAMS: tuple[str, ...] = ("shared", "expert")
 
@@ -80,29 +80,6 @@ class GroupRelease:
     def to_dict(self) -> dict:
         return {"stream": self.stream, "clip_norm": self.clip_norm, "sigma": self.sigma,
                 "denominator": self.denominator}
-
-
-def group_denominators(
-    groups: Sequence[object], *, batch_size: int, shares: Mapping[int, Sequence[float]] | None, kind: str,
-) -> dict[object, float]:
-    """n_hat_g for every group key: B for shared/dense groups; for expert (l, e) B pi_hat_{l,e}
-    (``kind="public"``, ``shares[l]`` the smoothed PUBLIC owner shares) or B / E_l ("uniform").
-
-    Privacy: every input is public (group structure, B, public shares).
-    """
-    experts_per_layer: dict[int, int] = {}
-    for key in groups:
-        if stream_of(key) == "expert":
-            experts_per_layer[key.layer] = experts_per_layer.get(key.layer, 0) + 1
-    per_layer: dict[int, list[float]] = {}
-    for layer, count in experts_per_layer.items():
-        if kind == "public" and (shares is None or layer not in shares):
-            raise ConfigError(f"public denominator needs the public owner shares of layer {layer}")
-        layer_shares = torch.as_tensor(shares[layer] if kind == "public" else [1.0 / count] * count,
-                                       dtype=torch.float64)
-        per_layer[layer] = denominators(batch_size, layer_shares, kind).tolist()
-    return {key: (per_layer[key.layer][key.expert_id] if stream_of(key) == "expert" else float(batch_size))
-            for key in groups}
 
 
 def release_gradients(

@@ -43,7 +43,7 @@ FIELD_FLAGS: dict[str, str] = {
     "lora_rank": "--lora-rank", "objective": "--objective", "freeze_shared_experts": "--freeze-shared-experts",
 }
 _CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
-                 "OptimConfig": "optim."}
+                 "OptimConfig": "optim.", "Schedule": "privacy.schedule."}
 #: fingerprint fields of ``--objective generate`` runs only (not in TrainConfig)
 GENERATE_FIELDS = frozenset({"freeze_shared_experts"})
 #: fields that may differ between a run and its resumption (they change no release)
@@ -54,7 +54,7 @@ RESUMABLE_FIELDS = ("eval_every", "output_dir", "performance.micro_batch_size", 
 def flag_message(err: ConfigError) -> ConfigError:
     """The same error with a config field name replaced by the flag that sets it."""
     text = str(err)
-    m = re.match(r"^(\w+Config)\.(\w+) (.*)$", text, re.S)
+    m = re.match(r"^(\w+)\.(\w+) (.*)$", text, re.S)
     if m and m.group(1) in _CLASS_PREFIX:
         flag = FIELD_FLAGS.get(_CLASS_PREFIX[m.group(1)] + m.group(2))
         if flag:
@@ -63,7 +63,10 @@ def flag_message(err: ConfigError) -> ConfigError:
 
 
 def check_output_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path:
-    """Raise :class:`ConfigError` unless ``path`` can receive this run's outputs."""
+    """Raise :class:`ConfigError` unless ``path`` can receive this run's outputs (give the flag's
+    string: an empty one is refused, whereas ``Path("")`` would be the current directory)."""
+    if str(path).strip() == "":
+        raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--output-dir {path}: is an existing file; give a directory path")
@@ -253,9 +256,19 @@ def plan_differences(saved, now, *, rel_tol: float = PLAN_REL_TOL, path: str = "
 
 def check_resumable(checkpoint, now: dict) -> None:
     """:class:`ConfigError` listing what differs between this run and the checkpoint's run."""
-    from raptor.training.checkpoint import read_state
+    from raptor.errors import CheckpointError
+    from raptor.training.checkpoint import STATE, read_state
 
-    diff = fingerprint_differences(read_state(checkpoint).get("fingerprint", {}), now)
+    state = read_state(checkpoint)
+    saved = state["fingerprint"]
+    lacks = [k for k in now if k not in saved] + [f"config.{k}" for k in now.get("config", {})
+                                                  if isinstance(saved.get("config"), dict) and k not in saved["config"]]
+    if lacks:  # an older raptor's (or a bare Trainer's) checkpoint: it cannot be checked to be this run
+        raise CheckpointError(f"{Path(state['path']) / STATE}: its run fingerprint lacks {', '.join(lacks[:5])}"
+                              f"{' and more' if len(lacks) > 5 else ''}, so it cannot be checked to be the same run "
+                              "(written by another raptor version, or damaged); start a new run (or resume it with "
+                              "the raptor version that wrote it)")
+    diff = fingerprint_differences(saved, now)
     if diff:
         raise ConfigError(f"--resume {checkpoint}: this run differs from the one that wrote the checkpoint: "
                           + "; ".join(diff) + ". Resume with the same settings and data, or start a new run")

@@ -155,12 +155,17 @@ def build_step_plan(
     """The step plan of ``noise`` for the engine's ``groups`` ({key: param slices}).
 
     Every non-empty group gets its stream's sigma from ``noise`` (a stream the plan does not
-    release raises), its clip norm from ``clip_norms`` and its public n_hat from ``denominators``
-    (:func:`raptor.training.release.group_denominators`). Then, for each phase the schedule can
+    release raises; the G non-empty groups of the shared stream, when it is split, each get
+    sigma_s sqrt(G): every record touches all of them, so together they are one Gaussian of
+    multiplier sigma_s, and the budget does not change), its clip norm from ``clip_norms`` and its public n_hat from ``denominators``
+    (:func:`raptor.roles.public_stats.group_denominators`). Then, for each phase the schedule can
     take, the ledger sigma of the noise plan must equal :func:`accounted_sigma` of the groups that
     phase releases, or this raises.
     """
     sigma_of = {"shared": noise.sigma_shared, "expert": noise.sigma_expert}
+    # the shared stream's G non-empty groups (backbone and head when split) each touch every record:
+    # each gets sigma_s sqrt(G), so that together they are one Gaussian of multiplier sigma_s
+    shared_parts = sum(1 for key, slices in groups.items() if slices and stream_of(key) == "shared")
     released, empty = [], []
     for key, slices in groups.items():
         if not slices:
@@ -170,8 +175,8 @@ def build_step_plan(
         if sigma_of[stream] is None:
             raise ConfigError(f"group {key} is in stream {stream!r}, which the noise plan does not release "
                               "(its sigma is None): a released stream needs a planned sigma")
-        released.append(GroupRelease(key, stream, float(clip_norms[key]), float(sigma_of[stream]),
-                                     float(denominators[key])))
+        sigma = float(sigma_of[stream]) * (math.sqrt(shared_parts) if stream == "shared" else 1.0)
+        released.append(GroupRelease(key, stream, float(clip_norms[key]), sigma, float(denominators[key])))
     plan = StepPlan(noise=noise, groups=tuple(released), trained_layers=tuple(trained_layers), grouping=grouping,
                     epsilon_budget=epsilon_budget, empty_groups=tuple(empty), public_report=public_report or {})
     _check_released_equals_accounted(plan)

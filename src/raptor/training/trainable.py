@@ -75,6 +75,8 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
             on = name not in all_experts
         elif policy == "experts":
             on = name in chosen
+        elif policy == "all":
+            on = True
         elif policy == "last-block":
             on = _under(name, block) or any(_under(name, h) for h in heads)
             on = on and (name not in all_experts or name in expert_names[last.index])
@@ -83,10 +85,51 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
         p.requires_grad_(on and name not in shared_expert_names)
 
 
+def head_param_names(model: nn.Module) -> tuple[str, ...]:
+    """Names (as ``model.named_parameters()`` gives them, a PEFT wrapper included) of the
+    trainable parameters of the output head."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    heads = head_prefixes(base)
+    ids = {id(p) for n, p in base.named_parameters() if any(_under(n, h) for h in heads)}
+    return tuple(n for n, p in model.named_parameters() if id(p) in ids and p.requires_grad)
+
+
+#: trainable sets that ``TrainConfig.lora`` turns into LoRA on the same set (last-block is full weights)
+LORA_POLICIES = ("roles", "shared", "experts", "all")
+
+
+def freeze_head(model: nn.Module) -> tuple[str, ...]:
+    """Freeze the output head (``--freeze-head``): it keeps its initial weights, is in no clipping
+    group (the group map holds trainable parameters only) and is never updated. A PEFT wrapper is
+    looked through. Returns the names of the parameters frozen."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    heads = head_prefixes(base)
+    names = tuple(n for n, p in base.named_parameters() if any(_under(n, h) for h in heads))
+    for n, p in base.named_parameters():
+        if n in names:
+            p.requires_grad_(False)
+    return names
+
+
+def _expert_lora_layers(policy: str, layers: Sequence[MoELayerInfo], trained_layers: Sequence[int]) -> set[int]:
+    """The MoE layers whose experts get LoRA under a trainable-set policy."""
+    if policy in ("lora", "all"):
+        return {info.index for info in layers}
+    if policy in ("roles", "experts"):
+        return set(trained_layers)
+    return set()
+
+
 def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator, *,
-               train_head: bool = True) -> nn.Module:
-    """PEFT LoRA on the family's declared targets, base frozen, head trainable; per-expert LoRA on
-    fused experts.
+               train_head: bool = True, policy: str = "lora", trained_layers: Sequence[int] = ()) -> nn.Module:
+    """PEFT LoRA on the family's declared targets, base frozen, head trainable unless ``train_head``
+    is False; per-expert LoRA on fused experts.
+
+    ``policy``: ``"lora"`` (dp-lora: attention and every layer's experts), or the trainable set of
+    a roles-built method under ``config.lora``: ``"roles"`` (attention + the experts of
+    ``trained_layers``), ``"shared"`` (attention only), ``"experts"`` (the experts of
+    ``trained_layers`` only), ``"all"`` (attention + every layer's experts). Expert LoRA of an
+    untrained layer is never created, so no expert parameter of it is trainable.
 
     PEFT initialises A from torch's global RNG; raptor re-draws every A from ``generator``
     (uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), PEFT's kaiming-uniform(a=sqrt(5)) bound) and keeps
@@ -96,33 +139,49 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
 
     if config.lora_dropout != 0.0:
         raise ConfigError(
-            f"TrainConfig.lora_dropout must be 0 for dp-lora, got {config.lora_dropout}: dropout draws from torch's "
+            f"TrainConfig.lora_dropout must be 0 for LoRA, got {config.lora_dropout}: dropout draws from torch's "
             "global RNG, which raptor never uses"
         )
+    if policy not in ("lora", "roles", "shared", "experts", "all"):
+        raise ConfigError(f"LoRA does not apply to the trainable set {policy!r}")
     adapter = get_adapter(model)
     frozen = _frozen(model)
+    infos = adapter.moe_layers(model)
+    expert_layers = _expert_lora_layers(policy, infos, trained_layers)
+    expert_prefixes = {info.index: f"{info.name}.{info.experts_attr}" for info in infos}
+    train_shared = policy in ("lora", "roles", "shared", "all")
+
+    def wanted(module_name: str) -> bool:
+        owner = next((i for i, pre in expert_prefixes.items() if _under(module_name, pre)), None)
+        return train_shared if owner is None else owner in expert_layers
+
     targets = sorted(n for n, m in model.named_modules() if isinstance(m, nn.Linear)
-                     and n.rsplit(".", 1)[-1] in adapter.lora_targets and not any(_under(n, f) for f in frozen))
-    if not targets:
-        raise ConfigError(f"dp-lora: none of {adapter.model_type}'s LoRA targets {adapter.lora_targets} are "
-                          f"Linear layers of {type(model).__name__}")
+                     and n.rsplit(".", 1)[-1] in adapter.lora_targets and not any(_under(n, f) for f in frozen)
+                     and wanted(n))
+    fused_layers = sorted(i.index for i in infos if i.fused and i.index in expert_layers)
+    if not targets and not fused_layers:
+        raise ConfigError(f"LoRA ({policy}): none of {adapter.model_type}'s LoRA targets {adapter.lora_targets} are "
+                          f"Linear layers of {type(model).__name__} in the trainable set")
     heads = head_prefixes(model)
     for p in model.parameters():
         p.requires_grad_(False)
     expert_lora: list[str] = []
-    if any(info.fused for info in adapter.moe_layers(model)):
+    if fused_layers:
         from raptor.moe.expert_lora import add_expert_lora
 
-        expert_lora = add_expert_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, generator=generator)
-    wrapped = peft_lora(model, r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                        target_modules=targets, bias="none")
-    with torch.no_grad():
-        for name, p in wrapped.named_parameters():
-            if ".lora_A." in name:
-                bound = 1.0 / math.sqrt(p.shape[1])
-                p.copy_(torch.rand(p.shape, generator=generator, dtype=torch.float32).mul_(2 * bound).sub_(bound))
-            elif ".lora_B." in name:
-                p.zero_()
+        expert_lora = add_expert_lora(model, rank=config.lora_rank, alpha=config.lora_alpha, generator=generator,
+                                      layers=fused_layers)
+    wrapped = model
+    if targets:
+        wrapped = peft_lora(model, r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                            target_modules=targets, bias="none")
+        with torch.no_grad():
+            for name, p in wrapped.named_parameters():
+                if ".lora_A." in name:
+                    bound = 1.0 / math.sqrt(p.shape[1])
+                    p.copy_(torch.rand(p.shape, generator=generator, dtype=torch.float32).mul_(2 * bound).sub_(bound))
+                elif ".lora_B." in name:
+                    p.zero_()
     for name, p in model.named_parameters():
         if (train_head and any(_under(name, h) for h in heads)) or name in expert_lora:
             p.requires_grad_(True)

@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import math
 import resource
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -164,12 +166,11 @@ class Trainer:
         if step.accounted and self.epsilon_budget is not None:
             self.ledger.check_can_record(step.sample_rate, step.ledger_sigma, 1, self.epsilon_budget, self.delta)
         idx_S = self.comm.sample(self.num_records, step.sample_rate, self.generators["sample"])  # private: gather only
-        before = self.state.nonfinite_records
-        sums = self._clipped_sums(idx_S)
+        sums, nonfinite = self._clipped_sums(idx_S)
         grads = release_gradients(sums, self.slices_of, self.params, self.comm.local_groups(step.groups),
                                   self.generators["noise"])  # W ranks: the noise on rank 0 only
-        grads, nonfinite = self.comm.all_reduce_grads(grads, self.state.nonfinite_records - before)  # one collective
-        self.state.nonfinite_records = before + nonfinite
+        grads, nonfinite = self.comm.all_reduce_grads(grads, nonfinite)  # one collective
+        self.state.nonfinite_records += nonfinite
         if step.accounted:
             self.ledger.record(step.sample_rate, step.ledger_sigma, 1, step.phase)
         else:
@@ -177,16 +178,18 @@ class Trainer:
         self._apply(grads, step.streams)
         self.state.step = step.t + 1
 
-    def _clipped_sums(self, idx_S: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Sum of the engine's clipped sums over micro-batches of the sampled records."""
+    def _clipped_sums(self, idx_S: torch.Tensor) -> tuple[dict[str, torch.Tensor], int]:
+        """(sum of the engine's clipped sums over micro-batches of the sampled records, how many of
+        those records had a non-finite gradient, zeroed by the engine; not DP, a diagnostic)."""
         sums: dict[str, torch.Tensor] = {}
+        nonfinite = 0
         for chunk in idx_S.split(self.micro_batch_size):
             batch = {k: v[chunk].to(self.device) for k, v in self.train.items()}
             result = self.engine.compute(batch, self.plan.clip_norms)
-            self.state.nonfinite_records += int(result.num_nonfinite)
+            nonfinite += int(result.num_nonfinite)
             for name, s in result.clipped_sums.items():
                 sums[name] = s if name not in sums else sums[name] + s
-        return sums
+        return sums, nonfinite
 
     def _apply(self, grads: Mapping[str, torch.Tensor], streams: tuple[str, ...]) -> None:
         for stream, opt in self.optimizers.items():
@@ -234,8 +237,9 @@ class Trainer:
         Checkpoints go to ``config.output_path / "checkpoint"``: every ``checkpoint_every`` steps,
         and with ``checkpoint_start`` before the first update of a new run (a run killed before its
         first periodic checkpoint still resumes exactly). A step that would exceed the budget
-        (:class:`BudgetExceededError`) saves a checkpoint first when checkpointing is on, then
-        raises with ``err.results`` holding :meth:`results`.
+        (:class:`BudgetExceededError`) saves a checkpoint first when checkpointing is on, evaluates
+        the model as saved (unless this step was just evaluated), then raises with ``err.results``
+        holding :meth:`results` (``final_metrics``: that evaluation).
         """
         from tqdm.auto import tqdm
 
@@ -253,14 +257,14 @@ class Trainer:
                 bar.close()
                 if checkpointing:
                     self.save(self.config.output_path / "checkpoint")
+                if not self.state.evals or self.state.evals[-1]["step"] != self.state.step:
+                    self._evaluation_point()  # the model as saved (issue 26): results carry its dev metrics
                 err.results = self.results()
                 raise
             self.state.step_seconds += time.perf_counter() - start
             t = self.state.step
             if (every and t % every == 0) or t == total:
-                point = self.evaluate()
-                eps = self.epsilon_spent()
-                self.state.evals.append({"step": t, **point, "epsilon": eps})
+                point, eps = self._evaluation_point()
                 main, dev_loss = point["main_metric"], point["dev_loss"]
                 shown = {"dev_loss": "-" if dev_loss is None else f"{dev_loss:.3f}"}
                 if main is not None:
@@ -270,7 +274,19 @@ class Trainer:
                 self.save(self.config.output_path / "checkpoint")
             bar.update(1)
         bar.close()
+        single = self.state.evals[-1].get("single_class") if self.state.evals else None
+        if single is not None and getattr(self.comm, "is_main", True):
+            print(f"warning: the final model predicts class {single} for every dev record (a collapsed "
+                  "classifier: its accuracy is that class's share); try another --lr, --clip or more data",
+                  file=sys.stderr, flush=True)
         return self.results()
+
+    def _evaluation_point(self) -> tuple[dict, float]:
+        """Evaluate the model now and append the point (step, metrics, epsilon) to ``state.evals``."""
+        point = self.evaluate()
+        eps = self.epsilon_spent()
+        self.state.evals.append({"step": self.state.step, **point, "epsilon": eps})
+        return point, eps
 
     def run_steps(self, count: int) -> None:
         """Exactly ``count`` more updates (no evaluation), never beyond the plan."""
@@ -289,6 +305,7 @@ class Trainer:
             "evals": self.state.evals,
             "final_accuracy": self.state.evals[-1]["accuracy"] if self.state.evals else None,
             "final_metrics": self.state.evals[-1]["metrics"] if self.state.evals else {},
+            "single_class_prediction": self.state.evals[-1].get("single_class") if self.state.evals else None,
             "main_metric": self.evaluator.main_metric if self.evaluator is not None else None,
             "epsilon": self.epsilon_spent(),
             "delta": self.delta,
@@ -330,6 +347,32 @@ class Trainer:
         )
         self.comm.barrier()
 
+    def _check_state_form(self, path) -> TrainConfig:
+        """The checkpoint's config, after checking that its ``state.json`` has what :meth:`resume` reads
+        (every config field of this version, the counters, a step within the plan): a checkpoint of
+        an older raptor version is a :class:`CheckpointError` naming the file, not a ``KeyError``."""
+        from raptor.errors import CheckpointError
+        from raptor.training.checkpoint import STATE, read_state
+
+        state = read_state(path)
+        file = Path(state["path"]) / STATE
+        now = self.config.to_dict()
+        lacks = [f"config.{k}" for k in now if k not in state["config"]]
+        lacks += [f"config.{k}.{f}" for k, v in now.items() if isinstance(v, dict)
+                  and isinstance(state["config"].get(k), dict) for f in v if f not in state["config"][k]]
+        lacks += [f"extra.{k}" for k in ("unaccounted_steps", "nonfinite_records", "evals", "step_seconds")
+                  if k not in state["extra"]]
+        what = f"it lacks {', '.join(lacks[:5])}{' and more' if len(lacks) > 5 else ''}" if lacks else None
+        if what is None and state["step"] > self.plan.steps:
+            what = f"its step {state['step']} is beyond this run's {self.plan.steps} planned updates"
+        if what is None:
+            try:
+                return TrainConfig.from_dict(state["config"])
+            except (ConfigError, TypeError, ValueError, KeyError) as err:
+                what = f"its config does not fit this version ({err})"
+        raise CheckpointError(f"{file}: {what}; the checkpoint was written by another raptor version or is damaged; "
+                              "start a new run (or resume it with the raptor version that wrote it)")
+
     def resume(self, path, ledger_from_dict) -> None:
         """Continue from a checkpoint of the same run: same config (privacy and method), same
         fingerprint (:mod:`raptor.training.run_checks`), the same public statistics and plan (floats
@@ -343,9 +386,11 @@ class Trainer:
             from raptor.training.run_checks import check_resumable
 
             check_resumable(path, self.fingerprint)  # before any file is loaded into this run
+        saved = self._check_state_form(path)  # an older raptor's checkpoint: one line, before anything is loaded
         state = load_checkpoint(path, model=self.model, optimizers=self.optimizers, generators=self.generators,
                                 ledger_from_dict=ledger_from_dict if self.ledger is not None else None)
-        saved_plan = state["extra"].get("plan")
+        extra = state["extra"]
+        saved_plan = extra.get("plan")
         if saved_plan is not None:
             from raptor.training.run_checks import PLAN_REL_TOL, plan_differences
 
@@ -358,14 +403,12 @@ class Trainer:
         if self.config.privacy.secure_rng and not state["rng_saved"] and state["step"] < self.plan.steps:
             raise CheckpointError(f"--resume {path}: the checkpoint holds no generator state, so the run cannot "
                                   "continue exactly")
-        saved = TrainConfig.from_dict(state["config"])
         if saved.privacy != self.config.privacy or saved.method != self.config.method \
                 or saved.batch_size != self.config.batch_size:
             raise ConfigError(f"checkpoint {path} was written by a run with a different method, batch size or "
                               "privacy config; resume with the same settings")
         if self.ledger is not None:
             self.ledger = state["ledger_object"]
-        extra = state["extra"]
         self.state = TrainState(step=state["step"], unaccounted_steps=extra["unaccounted_steps"],
                                 nonfinite_records=extra["nonfinite_records"], evals=list(extra["evals"]),
                                 step_seconds=extra["step_seconds"])

@@ -1,0 +1,67 @@
+"""``raptor train --recipe NAME``: a named set of defaults; a flag given on the command line wins.
+
+The flags a recipe sets default to None in the parser, so that "given" and "left to its default"
+differ; :func:`apply_recipe` fills each None from the recipe (or from the library's default when
+no recipe is given). The recipe itself is :data:`raptor.training.config.RECIPES` (one source): the
+CLI only reads its fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from raptor.cli.sections import section
+from raptor.errors import ConfigError
+from raptor.training.config import RECIPES, TrainConfig
+
+#: flag dest -> how to read its value from a TrainConfig: the flags whose parser default is None.
+#: The recipe's other fields (epochs 3, C_s = C_e = 1, AdamW, max length 128) are the parser's
+#: defaults already (tests/cli/test_recipe.py checks both).
+_FIELDS = {
+    "batch_size": lambda c: c.batch_size,
+    "layers": lambda c: ",".join(map(str, c.layers)) if isinstance(c.layers, tuple) else c.layers,
+    "lora": lambda c: c.lora,
+    "freeze_head": lambda c: c.freeze_head,
+    "shared_ratio": lambda c: c.privacy.shared_ratio,
+    "lr": lambda c: c.optim.lr,
+}
+#: flags whose None means the library default when no recipe is given (--lr and --batch-size keep
+#: their own default rules: by model kind, and N/10)
+_LIBRARY_DEFAULT = ("layers", "lora", "freeze_head", "shared_ratio")
+_PLAIN = TrainConfig()
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    method_g, privacy_g = section(parser, "method"), section(parser, "privacy")
+    method_g.add_argument("--recipe", choices=sorted(RECIPES), default=None,
+                          help="a named set of defaults; flags given explicitly win. paper: the reference's protocol "
+                               "(frozen label-word head, LoRA r 8 in both streams, last MoE layer, B 1024, AdamW lr "
+                               "2e-4, 3 epochs, C 1, shared ratio 0.3, max length 128; docs/METHOD.md) (default none)")
+    method_g.add_argument("--lora", action="store_true", default=None,
+                          help="train LoRA adapters on the method's own set (attention LoRA in the shared stream, one "
+                               "LoRA per expert of the trained layers in the expert stream) (default off)")
+    method_g.add_argument("--freeze-head", action="store_true", default=None,
+                          help="keep the output head at its initial (e.g. label-word) weights: in no clipping group, "
+                               "never updated (default off)")
+    privacy_g.add_argument("--shared-split", choices=("none", "head"), default="none",
+                           help="head: clip the output head and the backbone as two groups of the shared stream, each "
+                                "at its public median scale, noised as one Gaussian (same budget) (default none)")
+
+
+def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill every recipe-governed flag left at None (idempotent): from ``--recipe`` when given, else
+    the library default (``--lr``/``--batch-size`` None keep their own default rules)."""
+    name = getattr(args, "recipe", None)
+    if name is not None and name not in RECIPES:
+        raise ConfigError(f"--recipe must be one of {sorted(RECIPES)}, got {name!r}")
+    recipe = RECIPES[name](args.method) if name else None
+    for dest, read in _FIELDS.items():
+        if getattr(args, dest, None) is not None:
+            continue
+        if recipe is not None:
+            setattr(args, dest, read(recipe))
+        elif dest in _LIBRARY_DEFAULT:
+            setattr(args, dest, read(_PLAIN))
+    if getattr(args, "head_init", None) is None:
+        args.head_init = "label-words" if name and getattr(args, "objective", "classify") == "classify" else "random"
+    return args

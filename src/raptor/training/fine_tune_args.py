@@ -1,0 +1,128 @@
+"""The argument checks of :func:`raptor.fine_tune` (issue 26, second sweep): a wrong type, an empty
+string or an unknown keyword is a :class:`~raptor.errors.ConfigError` naming the argument and what
+to give instead, raised before anything is read, encoded or trained (never an ``AttributeError``
+from deep inside the run). Only public facts are checked here (types, names, the model's head size
+and embedding rows, the tokenizer's vocabulary size), nothing computed from the records.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+from torch import nn
+
+from raptor.errors import ConfigError
+
+#: the keyword arguments of :func:`raptor.fine_tune` after ``config``
+KEYWORDS = ("public", "public_size", "text_columns", "label_column", "metrics", "task_type", "max_new_tokens",
+            "freeze_shared_experts", "resume", "progress", "checkpoint_every", "checkpoint_start")
+_RECORDS = "records (a list of dicts, a datasets.Dataset or raptor.data.ClassificationData)"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The arguments as the run uses them (a single column or metric name given as a string is a one-item tuple)."""
+
+    text_columns: tuple[str, ...] | None
+    metrics: tuple[str, ...] | None
+
+
+def refuse_unknown(unknown: Mapping[str, object]) -> None:
+    """``fine_tune(..., epsilon=3)``: name the keyword, the closest one, or the config field it belongs to."""
+    if not unknown:
+        return
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+
+    name = sorted(unknown)[0]
+    owners = {"TrainConfig": TrainConfig, "PrivacyConfig": PrivacyConfig, "OptimConfig": OptimConfig,
+              "PerformanceConfig": PerformanceConfig}
+    owner = next((k for k, cls in owners.items() if name in {f.name for f in fields(cls)}), None)
+    if owner is not None:
+        where = "config=TrainConfig(...)" if owner == "TrainConfig" else \
+            f"config=TrainConfig({owner.replace('Config', '').lower()}={owner}(...))"
+        hint = f"{name} is a field of {owner}: set it in {where}"
+    else:
+        close = difflib.get_close_matches(name, KEYWORDS, n=1)
+        hint = f"did you mean {close[0]}=?" if close else f"fine_tune takes {', '.join(KEYWORDS)}"
+    raise ConfigError(f"fine_tune() got an unknown keyword argument {name}=; {hint}")
+
+
+def _records_argument(name: str, value, *, required: bool) -> None:
+    if value is None:
+        if required:
+            raise ConfigError(f"{name}= is required: give the training {_RECORDS}")
+        return
+    if isinstance(value, (str, bytes, os.PathLike)):
+        raise ConfigError(f"{name}= got a path or string ({str(value)[:60]!r}); give {_RECORDS}. To read a "
+                          "CSV/TSV/JSON Lines file, use raptor.data.load_user_files(...)")
+    if isinstance(value, (int, float, bool)):
+        raise ConfigError(f"{name}= must be {_RECORDS}, got {type(value).__name__}")
+
+
+def check_arguments(model, tokenizer, train, validation, config, *, public, text_columns, metrics, task_type,
+                    checkpoint_every, max_new_tokens) -> Checked:
+    """Raise :class:`ConfigError` naming the first argument of the wrong type or value."""
+    from raptor.data.user_files import TASK_TYPES
+    from raptor.training.config import TrainConfig
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model= must be a loaded torch model (nn.Module), e.g. raptor.load_model(NAME, "
+                          f"num_labels=K); got {type(model).__name__} {str(model)[:60]!r}")
+    if tokenizer is None or isinstance(tokenizer, (str, bytes, os.PathLike, int, float, Mapping, list, tuple)):
+        raise ConfigError(f"tokenizer= must be a loaded tokenizer (e.g. transformers.AutoTokenizer."
+                          f"from_pretrained(NAME)); got {type(tokenizer).__name__} {str(tokenizer)[:60]!r}")
+    if not isinstance(config, TrainConfig):
+        hint = " (TrainConfig.from_dict(d) builds one from a dict)" if isinstance(config, Mapping) else ""
+        raise ConfigError(f"config= must be a raptor.TrainConfig, e.g. raptor.TrainConfig(method='dpsgd') or "
+                          f"raptor.tiny_recipe(...){hint}; got {type(config).__name__}")
+    if str(config.output_dir).strip() == "":
+        raise ConfigError("config.output_dir is empty; give a directory path (e.g. runs/my-run)")
+    _records_argument("train", train, required=True)
+    if isinstance(train, Mapping):
+        raise ConfigError("train= is a dict; give one record per item (a list of dicts such as "
+                          "{'sentence': ..., 'label': ...}), a datasets.Dataset or raptor.data.ClassificationData")
+    _records_argument("validation", validation, required=False)
+    _records_argument("public", public, required=False)
+    if task_type not in TASK_TYPES:
+        raise ConfigError(f"task_type={task_type!r} is not one of {', '.join(TASK_TYPES)}")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be an integer >= 0 (0: no periodic checkpoints), got "
+                          f"{checkpoint_every!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    columns = _names("text_columns", text_columns)
+    if columns is not None and not 1 <= len(columns) <= 2:
+        raise ConfigError(f"text_columns takes one column or two (a sentence pair), got {len(columns)}: "
+                          f"{list(columns)}")
+    return Checked(text_columns=columns, metrics=_names("metrics", metrics))
+
+
+def _names(arg: str, value) -> tuple[str, ...] | None:
+    """A string is one name (not its characters); otherwise a sequence of strings."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{arg} must be a name or a list of names (strings), got {value!r}")
+    return tuple(value)
+
+
+def check_model_fits(model: nn.Module, tokenizer, num_labels: int, kind: str) -> None:
+    """The model's classification head has an output per label, and its embedding a row for every
+    token id the tokenizer can produce (public facts: the head, the embedding, the vocabulary)."""
+    outputs = getattr(getattr(model, "config", None), "num_labels", None)
+    if kind == "classification" and isinstance(outputs, int) and outputs < num_labels:
+        raise ConfigError(f"model=: its head has {outputs} outputs (config.num_labels) but the training labels have "
+                          f"{num_labels} classes; build it with num_labels={num_labels}")
+    try:
+        vocab = len(tokenizer)
+        rows = model.get_input_embeddings().num_embeddings
+    except (TypeError, AttributeError, NotImplementedError):
+        return
+    if vocab > rows:
+        raise ConfigError(f"tokenizer=: its {vocab} tokens do not fit the model's {rows} embedding rows; give the "
+                          f"tokenizer the model was trained with (or build the model with vocab_size >= {vocab})")

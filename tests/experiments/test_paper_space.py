@@ -1,0 +1,61 @@
+"""experiments/run_grid.py --space paper (issue 22): a matched budget for all seven methods, the
+protocol in every roles-built method's cells, raptor-split is RAPTOR with the head in its own
+shared group, and the config a cell builds says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from raptor.experiments.grid import Cell
+
+ROOT = Path(__file__).resolve().parents[2]
+SEVEN = ("nonprivate", "dpsgd", "dpsgd-full", "last-layer", "dp-lora", "raptor", "raptor-split")
+
+
+@pytest.fixture()
+def rg(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location("run_grid_paper", ROOT / "experiments" / "run_grid.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["run_grid_paper"] = mod
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "SPACE", "paper")
+    yield mod
+    sys.modules.pop("run_grid_paper", None)
+
+
+def test_matched_budget_and_protocol(rg):
+    assert rg.check_matched_budget(SEVEN) == 2
+    for method in ("dpsgd", "dpsgd-full", "raptor"):
+        for h in rg.search_space(method):
+            assert (h["lora"], h["freeze_head"], h["layers"]) == (True, True, "last")
+    for method in ("dp-lora", "last-layer"):
+        assert all("freeze_head" not in h for h in rg.search_space(method))
+    lrs = {m: [h["lr"] for h in rg.search_space(m)] for m in SEVEN if m != "nonprivate"}
+    assert len({tuple(v) for v in lrs.values()}) == 1  # every DP method searches the same learning rates
+
+
+def test_cells_build_the_protocol_config(rg):
+    fx = rg.Fixed(model_dir="m", data_dir="d", max_train=None, batch_size=1024, epochs=3.0)
+    for method, lib, split, frozen in (("raptor-split", "raptor", "head", False), ("raptor", "raptor", "none", True),
+                                       ("dpsgd-full", "dpsgd-full", "none", True)):
+        cell = Cell(model="m@x", task="sst2", method=method, epsilon=8.0, seed=0,
+                    hparams={**fx.hparams(), **rg.search_space(method)[0]})
+        cfg = rg.build_config(cell, fx, 0.1, 0.01)
+        assert (cfg.method, cfg.privacy.shared_split, cfg.freeze_head, cfg.lora, cfg.layers) == \
+            (lib, split, frozen, True, "last")
+        assert cfg.batch_size == 1024 and cfg.privacy.epsilon == 8.0 and cfg.seed == 0
+
+
+def test_raptor_and_its_variant_are_compared_with_the_others_only(rg):
+    from raptor.experiments.report import margins
+
+    row = {"std": 0.01, "n": 3}
+    summary = {("m", "sst2", "raptor", 8.0): {**row, "mean": 0.70}, ("m", "sst2", "raptor-split", 8.0): {**row, "mean": 0.80},
+               ("m", "sst2", "dpsgd", 8.0): {**row, "mean": 0.60}}
+    mine = margins(summary, exclude=("nonprivate", *rg.VARIANTS))
+    assert mine[0]["best_baseline"] == "dpsgd" and mine[0]["verdict"] == "win"
