@@ -50,23 +50,23 @@ def test_one_run_cli_on_a_tiny_seeded_run(tmp_path, capsys, monkeypatch, tiny_in
 
     seen = []
     monkeypatch.setattr(cli_audit, "load_run_inputs", lambda cfg: seen.append(cfg) or _fresh(tiny_inputs))
-    rc = main(["audit", "one-run", "--canaries", "40", "--no-progress", "--output-dir", str(tmp_path), "--",
+    rc = main(["audit", "one-run", "--canaries", "20", "--no-progress", "--output-dir", str(tmp_path), "--",
                *TINY_RUN])
     out = capsys.readouterr().out
     assert rc == 0 and "NOT secure" in out
-    assert seen[0].train_args == TINY_RUN and seen[0].canaries == 40 and seen[0].canary_kind == "input"
+    assert seen[0].train_args == TINY_RUN and seen[0].canaries == 20 and seen[0].canary_kind == "input"
     assert out.count("epsilon lower bound") == 2  # loss and gradient scores
     data = json.loads((tmp_path / "audit.json").read_text())
-    assert data["audit"] == "one-run" and 0 < data["included"] < 40
+    assert data["audit"] == "one-run" and 0 < data["included"] < 20
     assert 0 <= data["epsilon_lower_bound"]["loss"] <= data["claimed_epsilon"]
     assert (tmp_path / "scores.png").exists()
 
 
 def test_one_run_trains_on_the_included_canaries_only(tmp_path, tiny_inputs):
-    cfg = OneRunConfig(method="dpsgd", canaries=30, train_args=TINY_RUN, output_dir=str(tmp_path / "run"))
+    cfg = OneRunConfig(method="dpsgd", canaries=20, train_args=TINY_RUN, output_dir=str(tmp_path / "run"))
     res = run_one_run_audit(cfg, _fresh(tiny_inputs, method="dpsgd", output_dir=str(tmp_path / "run")))
     ins, outs = res.scores["loss"]
-    assert ins.size == res.included and ins.size + outs.size == 30
+    assert ins.size == res.included and ins.size + outs.size == 20
     assert res.train_records == 300 + res.included  # the trainer saw the private records plus the included canaries
     assert np.all(np.isfinite(ins)) and np.all(np.isfinite(outs))
     assert res.claimed_epsilon == pytest.approx(8.0, rel=0.01)

@@ -71,10 +71,11 @@ def test_trainer_loop_audit_catches(row, plant, runs, monkeypatch):
 
 def test_the_real_noise_path_passes_both_audits():
     # The controls: the unpatched mechanism through AES-CTR, and the unpatched trainer loop. 3,000
-    # releases (AES-CTR noise is the slow part): bound 1.02 vs claim 1.69, so the AES path is audited
-    # for real (not a vacuous 0) and stays below the claim.
+    # releases (AES-CTR noise is the slow part, and cannot be seeded): bounds seen 0.39-1.02 vs claim
+    # 1.69, so the AES path is audited for real (not a vacuous 0) and stays below the claim. (A
+    # claim/4 floor failed once at 0.39: the bound of one unseeded run varies that much.)
     res = run_mechanism_audit(MechanismAuditConfig(releases=3_000, generator="aes-ctr"))
-    assert res.claimed_epsilon / 4 <= res.epsilon_lower_bound <= res.claimed_epsilon
+    assert 0 < res.epsilon_lower_bound <= res.claimed_epsilon
     loop = run_trainer_loop_audit(TrainerLoopAuditConfig())
     assert loop.epsilon_lower_bound <= loop.claimed_epsilon and loop.ledger_consistent and not loop.caught
     assert loop.bounds["repeat"].epsilon < 0.5 * loop.claimed_epsilon   # fresh noise: the repeat score is weak

@@ -221,7 +221,7 @@ def test_a_second_run_on_the_same_output_dir_is_refused_while_the_first_runs(dat
         assert sorted(p.name for p in out.iterdir()) == [".raptor.lock"]  # nothing of this run was written
     finally:
         holder.kill()  # kill -9: the holder cannot clean up
-        holder.wait()
+        holder.wait(timeout=60)
     assert (out / ".raptor.lock").exists()  # the lock file a killed run left
     rc, _, err = _run_cli(_train(data_dir, out), capsys)  # ... does not block the next run
     assert rc == 0, err

@@ -49,7 +49,7 @@ def finished(files, tmp_path_factory):
 def test_small_data_defaults_are_chosen_and_printed_first(finished):
     out, printed = finished
     first = printed.splitlines()[0]
-    assert first.startswith("raptor train: raptor, epsilon 8")
+    assert first.startswith("raptor train: raptor, task classification (inferred") and ", epsilon 8, " in first
     assert "batch size 10 (default N/10)" in first and "lr 0.003 (default for this model kind)" in first
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["batch_size"] == 10 and res["config"]["optim"]["lr"] == 0.003

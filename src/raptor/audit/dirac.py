@@ -128,13 +128,13 @@ def records_with_canaries(train: dict, included: torch.Tensor) -> dict:
     return out
 
 
-def run_dirac(cfg, inputs, *, progress: bool = False):
-    """Train once with Dirac canaries (module docstring); returns a
-    :class:`raptor.audit.one_run.OneRunResult` with the ``dirac`` score's bound."""
+def run_dirac(cfg, inputs, *, progress: bool = False) -> dict:
+    """Train once with Dirac canaries (module docstring); returns the fields of a
+    :class:`raptor.audit.one_run.OneRunResult` but its config, with the ``dirac`` score's bound
+    (``cfg``: a :class:`~raptor.audit.one_run.OneRunConfig`, ``inputs`` its ``RunInputs``)."""
     import time
 
     from raptor.audit.bounds import one_run_epsilon_two_sided
-    from raptor.audit.one_run import OneRunResult
     from raptor.training.build import build_trainer
     from raptor.training.trainer import Trainer
 
@@ -176,11 +176,10 @@ def run_dirac(cfg, inputs, *, progress: bool = False):
     claim = float(results["epsilon"])
     if not math.isfinite(claim):
         raise ConfigError("the run's epsilon is infinite (an unaccounted step): nothing to compare with")
-    return OneRunResult(config=cfg, claimed_epsilon=claim, delta=delta, bounds={"dirac": bound},
-                        included=int(inc.sum()), train_records=trainer.num_records,
-                        final_accuracy=results["final_accuracy"], randomness=trainer.randomness,
-                        seconds=time.perf_counter() - started, scores={"dirac": (s[inc], s[~inc])},
-                        extra={"canary_group": str(key), "released_steps": len(observed),
-                               "sample_rate": trainer.plan.sample_rate, "steps": trainer.plan.steps,
-                               "sigma_canary_group": next(g.sigma for g in trainer.plan.step(0).groups
-                                                          if g.key == key)})
+    return dict(claimed_epsilon=claim, delta=delta, bounds={"dirac": bound}, included=int(inc.sum()),
+                train_records=trainer.num_records, final_accuracy=results["final_accuracy"],
+                randomness=trainer.randomness, seconds=time.perf_counter() - started,
+                scores={"dirac": (s[inc], s[~inc])},
+                extra={"canary_group": str(key), "released_steps": len(observed),
+                       "sample_rate": trainer.plan.sample_rate, "steps": trainer.plan.steps,
+                       "sigma_canary_group": next(g.sigma for g in trainer.plan.step(0).groups if g.key == key)})

@@ -165,7 +165,7 @@ def run_one_run_audit(cfg: OneRunConfig, inputs: RunInputs, *, progress: bool = 
     if cfg.canary_kind == "dirac":
         from raptor.audit.dirac import run_dirac
 
-        return run_dirac(cfg, inputs, progress=progress)
+        return OneRunResult(config=cfg, **run_dirac(cfg, inputs, progress=progress))
 
     started = time.perf_counter()
     config, train = inputs.config, inputs.train

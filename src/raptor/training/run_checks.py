@@ -261,8 +261,11 @@ def check_resumable(checkpoint, now: dict) -> None:
 
     state = read_state(checkpoint)
     saved = state["fingerprint"]
-    lacks = [k for k in now if k not in saved] + [f"config.{k}" for k in now.get("config", {})
-                                                  if isinstance(saved.get("config"), dict) and k not in saved["config"]]
+    s_cfg = saved.get("config") if isinstance(saved.get("config"), dict) else {}
+    same_objective = s_cfg.get("objective", "classify") == now.get("config", {}).get("objective", "classify")
+    optional = {"objective"} | GENERATE_FIELDS  # a classification run's fingerprint has none of them
+    lacks = [k for k in now if k not in saved] + [f"config.{k}" for k in now.get("config", {}) if saved.get("config")
+                                                  and same_objective and k not in optional and k not in s_cfg]
     if lacks:  # an older raptor's (or a bare Trainer's) checkpoint: it cannot be checked to be this run
         raise CheckpointError(f"{Path(state['path']) / STATE}: its run fingerprint lacks {', '.join(lacks[:5])}"
                               f"{' and more' if len(lacks) > 5 else ''}, so it cannot be checked to be the same run "
