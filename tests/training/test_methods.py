@@ -17,23 +17,12 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tiny_records import DATA
 
 from raptor.moe.models import TinySize, build_model
 from raptor.training.build import build_trainer
 from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
 from raptor.training.methods import METHOD_SPECS
-
-
-def _records(n: int, seed: int, vocab: int = 512, T: int = 10):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (n, T), generator=g)
-    mask = torch.ones(n, T, dtype=torch.long)
-    lengths = torch.randint(2, T + 1, (n,), generator=g)
-    mask[torch.arange(T)[None, :] >= lengths[:, None]] = 0
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (n,), generator=g)}
-
-
-DATA = {"train": _records(48, 1), "validation": _records(16, 2), "public": _records(24, 3)}
 
 
 def _scores(records, seed):

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tiny_records import DATA
 
 from raptor.errors import ConfigError
 from raptor.moe.models import TinySize, build_model
@@ -17,17 +18,6 @@ from raptor.training.build import build_trainer
 from raptor.training.config import RECIPES, PrivacyConfig, TrainConfig, reference_recipe, tiny_recipe
 from raptor.training.trainable import head_param_names
 
-
-def _records(n: int, seed: int, vocab: int = 512, T: int = 10):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (n, T), generator=g)
-    mask = torch.ones(n, T, dtype=torch.long)
-    lengths = torch.randint(2, T + 1, (n,), generator=g)
-    mask[torch.arange(T)[None, :] >= lengths[:, None]] = 0
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (n,), generator=g)}
-
-
-DATA = {"train": _records(48, 1), "validation": _records(16, 2), "public": _records(24, 3)}
 FIXED = PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False)
 
 

@@ -123,8 +123,8 @@ def records_with_canaries(train: dict, included: torch.Tensor) -> dict:
     for name, v in train.items():
         if name == CANARY_COLUMN:
             raise ConfigError(f"the training records already have a {CANARY_COLUMN!r} column")
-        out[name] = torch.cat([v, torch.zeros((k, *v.shape[1:]), dtype=v.dtype)])
-    out[CANARY_COLUMN] = torch.cat([torch.full((n,), -1, dtype=torch.long), idx.to(torch.long)])
+        out[name] = torch.cat([v, torch.zeros((k, *v.shape[1:]), dtype=v.dtype, device=v.device)])
+    out[CANARY_COLUMN] = torch.cat([torch.full((n,), -1, dtype=torch.long), idx.to(torch.long)])  # CPU, as records are
     return out
 
 

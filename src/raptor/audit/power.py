@@ -80,8 +80,6 @@ def plot_power(path, points: list[PowerPoint], title: str):
     ax.set_ylabel("lower bound / claimed epsilon")
     ax.set_title(title, fontsize=9)
     ax.legend(frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from raptor.audit.report import save_figure
+
+    return save_figure(fig, path)

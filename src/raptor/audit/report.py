@@ -13,6 +13,18 @@ def write_json(path: Path, payload: dict) -> Path:
     return write_strict_json(path, payload)
 
 
+def save_figure(fig, path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (parent folders created) at 120 dpi and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_scores(path: Path, panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str) -> Path:
     """One histogram panel per score: in (canary included/sampled) vs out."""
     import matplotlib
@@ -31,8 +43,4 @@ def plot_scores(path: Path, panels: dict[str, tuple[np.ndarray, np.ndarray]], ti
         ax.set_ylabel("density")
         ax.legend(frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

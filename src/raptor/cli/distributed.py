@@ -31,6 +31,12 @@ def check_supported(args: argparse.Namespace) -> None:
         raise ConfigError("--distributed supports --objective classify only; drop --distributed for generate")
 
 
+def launch_rank(name: str = "RANK") -> int:
+    """This process's rank as torchrun's launch protocol gives it (``RANK`` in the job, ``LOCAL_RANK``
+    on the node); 0 outside torchrun. The one place the CLI reads torchrun's environment."""
+    return int(os.environ.get(name, "0"))
+
+
 def communicator_from_args(args: argparse.Namespace):
     """The run's communicator: one process without ``--distributed``, else the torchrun job's."""
     from raptor.training.distributed import DistConfig, init_communicator
@@ -39,6 +45,5 @@ def communicator_from_args(args: argparse.Namespace):
         return init_communicator(None)
     check_supported(args)
     backend = args.dist_backend or ("nccl" if str(args.device).startswith("cuda") else "gloo")
-    # torchrun's launch protocol gives each process its GPU index on the node as LOCAL_RANK
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = launch_rank("LOCAL_RANK")  # the process's GPU index on its node
     return init_communicator(DistConfig(backend, args.dist_timeout, local_rank), args.device)

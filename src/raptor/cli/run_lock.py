@@ -32,8 +32,11 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
     """Take the lock of ``output_dir`` (created if missing) for this process until :func:`release_all`;
     :class:`ConfigError` if another live process holds it. ``distributed``: a torchrun job, whose
     rank 0 alone writes and takes the lock (the other ranks share its directory)."""
-    if distributed and os.environ.get("RANK", "0") != "0":
-        return None
+    if distributed:
+        from raptor.cli.distributed import launch_rank
+
+        if launch_rank() != 0:
+            return None
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock

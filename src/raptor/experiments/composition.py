@@ -97,7 +97,9 @@ def gradient_composition(model: nn.Module, records: Mapping[str, torch.Tensor], 
     every parameter (the whole model, routers included). ``clip``: the one global clip C (None:
     the median ||g_r|| of these records). Returns a JSON-able dict (see the module docstring).
     """
-    from raptor.per_sample.engine import PerRecordEngine, cross_entropy_per_record, model_inputs
+    from raptor.per_sample.engine import cross_entropy_per_record, model_inputs
+    from raptor.training.config import TrainConfig
+    from raptor.training.public_stage import public_routing
 
     loss_fn = loss_fn or cross_entropy_per_record
     named = dict(model.named_parameters())
@@ -110,11 +112,9 @@ def gradient_composition(model: nn.Module, records: Mapping[str, torch.Tensor], 
     slices = _owner_slices(model)
     saved = {n: p.requires_grad for n, p in named.items()}
     n = min(int(records["labels"].shape[0]), max_records)
-    # owners per record: the engine's routing (natural routing, no gradients)
-    for p in named.values():
+    owners = public_routing(model, {k: v[:n] for k, v in records.items()}, TrainConfig())  # natural routing
+    for p in named.values():  # gradients of the measured set only
         p.requires_grad_(False)
-    owners = PerRecordEngine(model, trained_layers=(), grouping="dense").route(
-        {k: v[:n] for k, v in records.items()})
     for p in params:
         p.requires_grad_(True)
     layers = sorted(slices)
@@ -195,9 +195,6 @@ def plot_composition(result: Mapping, path: str | Path, title: str = "") -> Path
     for i, s in enumerate(shares):
         ax.text(s, i, f" {s:.2g}", va="center", fontsize=7)
     fig.suptitle(title or "gradient composition", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from raptor.experiments.report import save_figure
+
+    return save_figure(fig, path)

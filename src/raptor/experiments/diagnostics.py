@@ -219,9 +219,6 @@ def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> P
     c.set_title("3. low-load SNR", fontsize=9)
     c.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from raptor.experiments.report import save_figure
+
+    return save_figure(fig, path)

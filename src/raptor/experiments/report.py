@@ -148,6 +148,18 @@ def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, d
     return "\n".join(lines)
 
 
+def save_figure(fig, path) -> Path:
+    """Lay out ``fig``, write it to ``path`` (parent folders created) at 120 dpi and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *, model: str, task: str) -> Path:
     """One line per DP method (mean ± std against target epsilon, log x), the non-private level dashed;
     each method in its fixed colour (:data:`METHOD_COLOURS`)."""
@@ -158,12 +170,7 @@ def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     draw_metric_vs_epsilon(ax, summary, model=model, task=task)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def draw_metric_vs_epsilon(ax, summary: Mapping[Group, Mapping], *, model: str, task: str) -> None:

@@ -134,42 +134,40 @@ def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, t
     return tuple(config.layers), choice
 
 
-def public_clip_norms(engine, public: Records, config: TrainConfig) -> dict:
-    """Per-expert clip norms C_e from public unclipped per-record norms (rule from the config).
+def public_group_norms(engine, public: Records, config: TrainConfig) -> dict:
+    """{group key: unclipped per-record norms of the public records}, in one pass of the engine;
+    an expert group's norms are those of the records it owns.
 
     Privacy: public corpus only.
     """
     keys = list(engine.group_map.keys)
     inf = {k: math.inf for k in keys}
-    collected: dict = {k: [] for k in keys if k.is_expert}
-    for batch in batches(public, config.performance.micro_batch_size, config.performance.device):
-        res = engine.compute(batch, inf)
-        for k in collected:
-            own = res.owners[k.layer] == k.expert_id
-            collected[k].append(res.norms[k][own].detach().double().cpu())
-    norms = {k: torch.cat(v) if v else torch.zeros(0) for k, v in collected.items()}
-    return ps.expert_clip_norms(norms, config.privacy.clip_expert, rule=config.privacy.clip_rule,
-                                quantile=config.privacy.clip_quantile)
-
-
-def split_clip_norms(engine, public: Records, config: TrainConfig) -> dict:
-    """Clip norms of the shared stream's groups when it is split (backbone ``shared`` and ``head``):
-    C_g = C_s m_g / ||m||, m_g the median PUBLIC per-record norm of group g, so each group is clipped
-    at its own scale (the head cannot eat the backbone's clip) and the stream's total sensitivity
-    stays C_s. A group with no positive public norm gets C_s / sqrt(G).
-
-    Privacy: public corpus only.
-    """
-    keys = [k for k in engine.group_map.keys if stream_of(k) == "shared" and engine.group_map.groups[k]]
-    inf = {k: math.inf for k in engine.group_map.keys}
     collected: dict = {k: [] for k in keys}
     for batch in batches(public, config.performance.micro_batch_size, config.performance.device):
         res = engine.compute(batch, inf)
         for k in keys:
-            collected[k].append(res.norms[k].detach().double().cpu())
+            n = res.norms[k]
+            collected[k].append((n[res.owners[k.layer] == k.expert_id] if k.is_expert else n).detach().double().cpu())
+    return {k: torch.cat(v) if v else torch.zeros(0, dtype=torch.float64) for k, v in collected.items()}
+
+
+def public_clip_norms(norms: Mapping, config: TrainConfig) -> dict:
+    """Per-expert clip norms C_e from the public norms (:func:`public_group_norms`) under the
+    config's rule."""
+    return ps.expert_clip_norms({k: v for k, v in norms.items() if k.is_expert}, config.privacy.clip_expert,
+                                rule=config.privacy.clip_rule, quantile=config.privacy.clip_quantile)
+
+
+def split_clip_norms(engine, norms: Mapping, config: TrainConfig) -> dict:
+    """Clip norms of the shared stream's groups when it is split (backbone ``shared`` and ``head``):
+    C_g = C_s m_g / ||m||, m_g the median public per-record norm of group g (:func:`public_group_norms`),
+    so each group is clipped at its own scale (the head cannot eat the backbone's clip) and the
+    stream's total sensitivity stays C_s. A group with no positive public norm gets C_s / sqrt(G).
+    """
+    keys = [k for k in engine.group_map.keys if stream_of(k) == "shared" and engine.group_map.groups[k]]
     medians = {}
     for k in keys:
-        n = torch.cat(collected[k]) if collected[k] else torch.zeros(0, dtype=torch.float64)
+        n = norms[k]
         n = n[torch.isfinite(n) & (n > 0)]
         medians[k] = float(n.median()) if n.numel() else 0.0
     total = math.sqrt(sum(m * m for m in medians.values()))
@@ -196,13 +194,14 @@ def public_stage(engine, layers: Sequence[MoELayerInfo], public: Records, config
     if spec.grouping is None:
         clips: dict = {k: math.inf for k in keys}
     else:
-        expert_clips: Mapping | None = None
-        if spec.grouping == "roles" and trained_layers and priv.clip_rule != "uniform":
-            expert_clips = public_clip_norms(engine, public, config)
+        rule = spec.grouping == "roles" and bool(trained_layers) and priv.clip_rule != "uniform"
+        split = priv.shared_split != "none"
+        norms = public_group_norms(engine, public, config) if rule or split else {}  # one pass for both
+        expert_clips = public_clip_norms(norms, config) if rule else None
         clips = {k: (float(priv.clip_shared) if stream_of(k) == "shared" else
                      float(priv.clip_expert if expert_clips is None else expert_clips[k])) for k in keys}
-        if priv.shared_split != "none":
-            clips.update(split_clip_norms(engine, public, config))
+        if split:
+            clips.update(split_clip_norms(engine, norms, config))
     dens = ps.group_denominators(keys, batch_size=config.batch_size, shares=shares, kind=priv.denominator)
     return PublicStage(owners=dict(owners), layer_choice=choice, trained_layers=tuple(trained_layers),
                        shares=shares, denominators=dens, clip_norms=clips,

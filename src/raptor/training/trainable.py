@@ -85,12 +85,17 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
         p.requires_grad_(on and name not in shared_expert_names)
 
 
+def _head_params(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name in the base model, parameter) of the output head; a PEFT wrapper is looked through."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    heads = head_prefixes(base)
+    return [(n, p) for n, p in base.named_parameters() if any(_under(n, h) for h in heads)]
+
+
 def head_param_names(model: nn.Module) -> tuple[str, ...]:
     """Names (as ``model.named_parameters()`` gives them, a PEFT wrapper included) of the
     trainable parameters of the output head."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    heads = head_prefixes(base)
-    ids = {id(p) for n, p in base.named_parameters() if any(_under(n, h) for h in heads)}
+    ids = {id(p) for _, p in _head_params(model)}
     return tuple(n for n, p in model.named_parameters() if id(p) in ids and p.requires_grad)
 
 
@@ -102,13 +107,10 @@ def freeze_head(model: nn.Module) -> tuple[str, ...]:
     """Freeze the output head (``--freeze-head``): it keeps its initial weights, is in no clipping
     group (the group map holds trainable parameters only) and is never updated. A PEFT wrapper is
     looked through. Returns the names of the parameters frozen."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    heads = head_prefixes(base)
-    names = tuple(n for n, p in base.named_parameters() if any(_under(n, h) for h in heads))
-    for n, p in base.named_parameters():
-        if n in names:
-            p.requires_grad_(False)
-    return names
+    params = _head_params(model)
+    for _, p in params:
+        p.requires_grad_(False)
+    return tuple(n for n, _ in params)
 
 
 def _expert_lora_layers(policy: str, layers: Sequence[MoELayerInfo], trained_layers: Sequence[int]) -> set[int]:
