@@ -100,6 +100,7 @@ def test_grouped_kernel_and_per_expert_loop_agree_with_the_reference(family, mon
 
     if not capture.GROUPED_KERNEL:
         pytest.skip("this torch has no torch._grouped_mm")
+    assert capture._kernel_runs(torch.device("cpu"), torch.float32)  # probed outside the spy
     seen = []
 
     class Spy(TorchDispatchMode):
@@ -117,3 +118,30 @@ def test_grouped_kernel_and_per_expert_loop_agree_with_the_reference(family, mon
         loop = check.check_family(family, batch_size=4, seq_len=8, seed=3, dtype="float32")
     assert loop.passed, loop.to_dict()
     assert "_grouped_mm" not in seen
+
+
+def test_grouped_mm_falls_back_to_the_loop_where_the_kernel_raises(monkeypatch):
+    """A CUDA build may take only some dtypes in ``torch._grouped_mm``: the one-time probe says no
+    and every product runs as the per-group loop, with the same values, instead of crashing a step."""
+    from raptor.per_sample import capture
+
+    if not capture.GROUPED_KERNEL:
+        pytest.skip("this torch has no torch._grouped_mm")
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(10, 16, generator=g), torch.randn(3, 16, 8, generator=g)
+    offs = capture.Offsets(torch.tensor([4, 4, 10], dtype=torch.int32))
+    want = torch.cat([x[:4] @ w[0], x[4:] @ w[2]])
+    assert torch.allclose(capture.grouped_mm(x, w, offs), want, atol=1e-5)
+
+    def refuses(*args, **kwargs):
+        raise RuntimeError("grouped gemm is only supported for bfloat16")
+
+    capture._kernel_runs.cache_clear()
+    monkeypatch.setattr(torch, "_grouped_mm", refuses)
+    try:
+        assert not capture._kernel_runs(torch.device("cpu"), torch.float32)
+        assert torch.allclose(capture.grouped_mm(x, w, offs), want, atol=1e-5)
+        outer = capture.grouped_outer(torch.randn(10, 8, generator=g), x, offs)
+        assert outer.shape == (3, 8, 16) and torch.count_nonzero(outer[1]) == 0
+    finally:
+        capture._kernel_runs.cache_clear()  # the real kernel for the tests that follow

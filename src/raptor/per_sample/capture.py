@@ -40,6 +40,7 @@ Legend: B records, T tokens per record, N = B*T, n rows of one use, d feature si
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -286,9 +287,30 @@ GROUPED_KERNEL = hasattr(torch, "_grouped_mm")
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+@functools.cache
+def _kernel_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Does this build's ``torch._grouped_mm`` run for ``dtype`` on ``device`` and agree with the
+    per-group loop? Probed once per (device, dtype): a CUDA build may take only some dtypes, and a
+    kernel that raises mid-step must not crash a run that the loop can finish."""
+    g = torch.Generator(device="cpu").manual_seed(0)  # fixed probe operands; not a privacy draw
+    x32, w32 = torch.randn(8, 16, generator=g), torch.randn(2, 16, 16, generator=g)
+    try:
+        with torch.no_grad():
+            x, w = x32.to(device=device, dtype=dtype), w32.to(device=device, dtype=dtype)
+            offs = torch.tensor([3, 8], dtype=torch.int32, device=device)
+            got = torch._grouped_mm(x, w, offs=offs).float().cpu()
+            x, w = x.float().cpu(), w.float().cpu()
+    except (RuntimeError, NotImplementedError):
+        return False
+    want = torch.cat([x[:3] @ w[0], x[3:] @ w[1]])
+    return bool(torch.allclose(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max())))
+
+
 def _kernel_ok(*tensors: torch.Tensor) -> bool:
     """Does ``torch._grouped_mm`` take these operands (dtype; 16-byte aligned data and strides)?"""
     if not GROUPED_KERNEL:
+        return False
+    if not _kernel_runs(tensors[0].device, tensors[0].dtype):
         return False
     for t in tensors:
         if t.dtype not in _KERNEL_DTYPES or t.dtype != tensors[0].dtype or t.data_ptr() % 16:
