@@ -2,7 +2,10 @@
 # The issue-22 paper grid on one GPU: one process per (method, epsilon) group, all at once, each
 # under one time limit. Cells finished before (any sst2_paper*.jsonl in the results folder) are
 # skipped; every finished cell is appended to its shard's JSONL at once, so a stop loses only the
-# cells in flight. Progress (cells per shard, GPU use) is printed every 30 s and the results are
+# cells in flight. A shard that fails (any error but its time limit) stops every shard at once, with
+# its log's tail printed, and the script exits 1: on a GPU lease, one bug would fail every cell (a
+# CPU evaluator once failed every cell of a GPU grid at its last step; --on-error record hid it for
+# the whole lease). Progress (cells per shard, GPU use) is printed every 30 s and the results are
 # packed into OUT/grid.tar.gz (with the logs) after every progress line and at the end.
 #
 # Usage, from the project root:
@@ -37,7 +40,7 @@ export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 GRID=(--grid sst2_paper --space paper --model-dir "$ROOT/src/raptor/data/pretrained/switch-public-tiny"
       --max-train 0 --batch-size 1024 --epochs 3 --max-length 40 --epsilons 8 1
       --methods raptor dpsgd dpsgd-full raptor-split last-layer dp-lora nonprivate --seeds 0 1 2
-      --micro-batch-size 1536 --threads 1 --device "$DEVICE" --data-dir "$DATA" "$@")
+      --micro-batch-size 1536 --threads 1 --device "$DEVICE" --data-dir "$DATA" --on-error raise "$@")
 RESULTS_DIR="$ROOT/experiments/results"
 for a in "$@"; do [ "${prev:-}" = --results-dir ] && RESULTS_DIR="$a"; prev="$a"; done
 
@@ -69,10 +72,25 @@ progress() {
   echo "$line"
 }
 t0=$SECONDS
-while [ -n "$(jobs -rp)" ]; do
-  sleep 30 & wait $!
+FAILED=0
+declare -A RC
+while [ -n "$(jobs -rp)" ] && [ "$FAILED" = 0 ]; do
+  sleep "${GPU_GRID_POLL:-30}" & wait $!
+  for i in "${!pids[@]}"; do
+    if [ -z "${RC[$i]:-}" ] && ! kill -0 "${pids[$i]}" 2> /dev/null; then
+      wait "${pids[$i]}"; RC[$i]=$?
+      if [ "${RC[$i]}" != 0 ] && [ "${RC[$i]}" != 124 ]; then  # 124: the time limit, expected
+        echo "shard $i FAILED (exit ${RC[$i]}); stopping every shard. Its log ends:"
+        tail -n 30 "$LOGS/shard$i.log" | tr '\r' '\n' | tail -n 30
+        FAILED=1
+      fi
+    fi
+  done
   progress $((SECONDS - t0)); pack
 done
+if [ "$FAILED" = 1 ]; then
+  kill $(jobs -rp) 2> /dev/null; wait; pack; exit 1
+fi
 wait
 progress $((SECONDS - t0)); pack
 for k in $(seq 0 $((SHARDS - 1))); do

@@ -109,3 +109,26 @@ def test_evaluator_regression_uses_squared_error_and_correlations():
 def test_evaluator_rejects_a_metric_of_the_other_type():
     with pytest.raises(ConfigError, match="do not apply to a regression task"):
         Evaluator({"dev": _records([0], [1.0], torch.float32)}, task_type="regression", metrics=("accuracy",))
+
+
+class _OnDevice(_Fixed):
+    """``_Fixed`` with one parameter: where it lives is the model's device."""
+
+    def __init__(self, table, num_labels):
+        super().__init__(table, num_labels)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+
+def test_evaluator_follows_the_models_device_and_refuses_another():
+    """No device given: chunks go where the model is (a CPU default once failed every cell of a GPU
+    grid at its final evaluation). A device given that is not the model's is a ConfigError naming both."""
+    model = _OnDevice([[2.0, 0.0], [0.0, 2.0]], 2)
+    sets = {"dev": _records([0, 1], [0, 1], torch.long)}
+    ev = Evaluator(sets, task_type="classification")
+    assert ev.device_for(model) == torch.device("cpu")
+    assert ev(model)["metrics"]["accuracy"] == pytest.approx(1.0)
+    assert ev.device_for(model.to("meta")) == torch.device("meta")
+    assert ev.device_for(_Fixed([[1.0]], 1)) == torch.device("cpu")  # no parameter: the CPU
+    assert Evaluator(sets, device="cpu").device_for(_OnDevice([[1.0]], 1)) == torch.device("cpu")
+    with pytest.raises(ConfigError, match="device meta is not the model's"):
+        Evaluator(sets, device="meta")(_OnDevice([[1.0, 0.0], [0.0, 1.0]], 2))

@@ -21,6 +21,10 @@ Data-parallel runs (``comm``, :mod:`raptor.training.distributed`): each rank pre
 shard of every split, and the predictions and loss sums are gathered on every rank before the
 metrics are computed, so every rank returns the same numbers as one process would.
 
+Device: the chunks go to the model's device (that of its first parameter) unless ``device`` is
+given; a given device that is not the model's is a :class:`ConfigError` (a CPU evaluator handed
+to a CUDA trainer once failed every cell of a GPU grid at its last step).
+
 Privacy: the validation splits are evaluation data, not the private training set; their
 metrics and loss may be shown (the training loss may not).
 
@@ -51,8 +55,8 @@ class Evaluator:
     """The task's metrics on named validation splits (see the module docstring)."""
 
     def __init__(self, sets: Mapping[str, Records], *, task_type: str = "classification",
-                 metrics: Sequence[str] | None = None, batch_size: int = 256, device: str | torch.device = "cpu",
-                 comm=None):
+                 metrics: Sequence[str] | None = None, batch_size: int = 256,
+                 device: str | torch.device | None = None, comm=None):
         if not sets:
             raise ConfigError("Evaluator needs at least one validation split")
         self.sets = dict(sets)
@@ -61,7 +65,7 @@ class Evaluator:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"eval batch size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
-        self.device = torch.device(device)
+        self.device = None if device is None else torch.device(device)
         self.comm = comm  # a raptor.training.distributed.Communicator (None: one process)
 
     def key(self, split: str, metric: str) -> str:
@@ -79,11 +83,12 @@ class Evaluator:
         from raptor.training.plain import classification_logits
 
         loss_fn = loss_fn_for(self.task_type)
+        device = self.device_for(model)
         n = int(records["labels"].shape[0])
         lo, hi = (0, n) if self.comm is None else self.comm.shard_range(n)  # this rank's shard
         preds, loss_sum = [], 0.0
         for start in range(lo, hi, self.batch_size):
-            batch = {k: v[start:min(start + self.batch_size, hi)].to(self.device) for k, v in records.items()}
+            batch = {k: v[start:min(start + self.batch_size, hi)].to(device) for k, v in records.items()}
             logits_BK = classification_logits(model, batch).float()
             loss_sum += float(loss_fn(logits_BK, batch["labels"]).sum())
             preds.append(predictions(logits_BK, self.task_type).cpu())
@@ -93,6 +98,17 @@ class Evaluator:
         if n == 0:
             return torch.zeros(0), math.nan
         return preds_N, loss_sum / n
+
+    def device_for(self, model: nn.Module) -> torch.device:
+        """Where the chunks go: the model's device (its first parameter's; the CPU for a model
+        without parameters), which an explicit ``device`` must match."""
+        param = next(model.parameters(), None)
+        on = param.device if param is not None else torch.device("cpu")
+        if self.device is not None and self.device != on and not (
+                self.device.type == on.type and self.device.index is None):
+            raise ConfigError(f"the evaluator's device {self.device} is not the model's ({on}): build the Evaluator "
+                              f"without device= (it follows the model) or with device={str(on)!r}")
+        return on
 
     def sharded(self, comm) -> Evaluator:
         """This evaluator over ``comm``'s ranks (each predicts its shard; results gathered)."""
