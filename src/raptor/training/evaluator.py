@@ -51,6 +51,12 @@ def metric_names(names: Sequence[str], task_type: str) -> tuple[str, ...]:
     return check_metric_names(names, task_type)
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model`` computes: its first parameter's device (the CPU for a model without one)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
 class Evaluator:
     """The task's metrics on named validation splits (see the module docstring)."""
 
@@ -102,8 +108,7 @@ class Evaluator:
     def device_for(self, model: nn.Module) -> torch.device:
         """Where the chunks go: the model's device (its first parameter's; the CPU for a model
         without parameters), which an explicit ``device`` must match."""
-        param = next(model.parameters(), None)
-        on = param.device if param is not None else torch.device("cpu")
+        on = model_device(model)
         if self.device is not None and self.device != on and not (
                 self.device.type == on.type and self.device.index is None):
             raise ConfigError(f"the evaluator's device {self.device} is not the model's ({on}): build the Evaluator "

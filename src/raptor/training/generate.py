@@ -36,6 +36,7 @@ from torch import nn
 
 from raptor.data.qa import IGNORE_INDEX, GenerationEval
 from raptor.errors import ConfigError
+from raptor.training.evaluator import model_device
 from raptor.training.trainer import Trainer
 
 
@@ -113,9 +114,11 @@ def greedy_generate(model: nn.Module, prompt: Mapping[str, torch.Tensor], *, max
     return out
 
 
-def evaluate_generation(model: nn.Module, data: GenerationEval, tokenizer, *, device="cpu",
+def evaluate_generation(model: nn.Module, data: GenerationEval, tokenizer, *, device=None,
                         examples: int = 5) -> dict:
-    """Greedy decoding on every prompt: mean exact match, mean token F1, and a few examples."""
+    """Greedy decoding on every prompt: mean exact match, mean token F1, and a few examples.
+    ``device``: where the prompts go (default: the model's device)."""
+    device = model_device(model) if device is None else device
     em = f1 = 0.0
     shown = []
     for i, (prompt, gold) in enumerate(zip(data.prompts, data.answers, strict=True)):
