@@ -145,3 +145,34 @@ def test_grouped_mm_falls_back_to_the_loop_where_the_kernel_raises(monkeypatch):
         assert outer.shape == (3, 8, 16) and torch.count_nonzero(outer[1]) == 0
     finally:
         capture._kernel_runs.cache_clear()  # the real kernel for the tests that follow
+
+
+def test_grouped_mm_probe_refuses_a_kernel_that_is_wrong_on_empty_groups(monkeypatch):
+    """A kernel that runs but writes garbage for an empty group (a known failure of grouped GEMMs on
+    some GPUs) is found by the one-time probe and not used; the engine's products then run as the loop."""
+    from raptor.per_sample import capture
+
+    if not capture.GROUPED_KERNEL:
+        pytest.skip("this torch has no torch._grouped_mm")
+    real = torch._grouped_mm
+
+    def garbage_on_empty(a, b, offs=None, **kwargs):
+        out = real(a, b, offs=offs, **kwargs)
+        if a.dim() == 2 and b.dim() == 2:  # the outer-product form: fill the empty groups' slots
+            counts = torch.diff(offs, prepend=offs.new_zeros(1))
+            out[counts == 0] = 7.0
+        return out
+
+    capture._kernel_runs.cache_clear()
+    try:
+        assert capture._kernel_runs(torch.device("cpu"), torch.float32)  # the real kernel passes its probe
+        capture._kernel_runs.cache_clear()
+        monkeypatch.setattr(torch, "_grouped_mm", garbage_on_empty)
+        assert not capture._kernel_runs(torch.device("cpu"), torch.float32)
+        assert not capture.grouped_kernel_runs("cpu", torch.float32)
+        g = torch.Generator().manual_seed(1)
+        gr, a = torch.randn(6, 4, generator=g), torch.randn(6, 3, generator=g)
+        out = capture.grouped_outer(gr, a, capture.Offsets(torch.tensor([6, 6], dtype=torch.int32)))
+        assert torch.allclose(out[0], gr.t() @ a, atol=1e-5) and torch.count_nonzero(out[1]) == 0
+    finally:
+        capture._kernel_runs.cache_clear()

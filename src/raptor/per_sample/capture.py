@@ -289,28 +289,46 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 @functools.cache
 def _kernel_runs(device: torch.device, dtype: torch.dtype) -> bool:
-    """Does this build's ``torch._grouped_mm`` run for ``dtype`` on ``device`` and agree with the
-    per-group loop? Probed once per (device, dtype): a CUDA build may take only some dtypes, and a
-    kernel that raises mid-step must not crash a run that the loop can finish."""
-    g = torch.Generator(device="cpu").manual_seed(0)  # fixed probe operands; not a privacy draw
-    x32, w32 = torch.randn(8, 16, generator=g), torch.randn(2, 16, 16, generator=g)
+    """Does this build's ``torch._grouped_mm`` run for ``dtype`` on ``device`` AND agree with the
+    per-group loop, in the three forms the engine calls it: ``x W^T`` with ``W`` a transposed view
+    (forward), ``g W`` (input gradient), and the per-group outer product ``g^T x`` (weight gradient),
+    with an empty group inside and at the end and group sizes that are not multiples of 16?
+
+    Probed once per (device, dtype), on fixed operands (not a privacy draw). A CUDA build may take
+    only some dtypes, and grouped kernels have returned wrong values for some layouts and for empty
+    groups (the bf16 check on an H200 missed by 20% while the same check passed on CPU): a kernel
+    that raises or disagrees is not used, and the loop gives the right answer more slowly."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    counts = [5, 0, 19, 0]
+    x32, w32, g32 = (torch.randn(*shape, generator=gen) for shape in ((24, 32), (4, 48, 32), (24, 48)))
+    end = torch.tensor(counts).cumsum(0).to(torch.int32)
     try:
         with torch.no_grad():
-            x, w = x32.to(device=device, dtype=dtype), w32.to(device=device, dtype=dtype)
-            offs = torch.tensor([3, 8], dtype=torch.int32, device=device)
-            got = torch._grouped_mm(x, w, offs=offs).float().cpu()
-            x, w = x.float().cpu(), w.float().cpu()
+            x, w, g = (t.to(device=device, dtype=dtype) for t in (x32, w32, g32))
+            offs = end.to(device)
+            got = [torch._grouped_mm(x, w.transpose(1, 2), offs=offs), torch._grouped_mm(g, w, offs=offs),
+                   torch._grouped_mm(g.t(), x, offs=offs)]
+            got = [t.float().cpu() for t in got]
     except (RuntimeError, NotImplementedError):
         return False
-    want = torch.cat([x[:3] @ w[0], x[3:] @ w[1]])
-    return bool(torch.allclose(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max())))
+    x, w, g = (t.to(dtype).float() for t in (x32, w32, g32))  # the same rounded operands, float32 products
+    starts = [0] + end.tolist()[:-1]
+    rows = [slice(a, a + n) for a, n in zip(starts, counts, strict=True)]
+    want = [torch.cat([x[r] @ w[e].t() for e, r in enumerate(rows)]), torch.cat([g[r] @ w[e] for e, r in enumerate(rows)]),
+            torch.stack([g[r].t() @ x[r] for r in rows])]
+    return all(a.shape == b.shape and bool(torch.allclose(a, b, rtol=2e-2, atol=2e-2 * float(b.abs().max())))
+               for a, b in zip(got, want, strict=True))
+
+
+def grouped_kernel_runs(device: torch.device | str, dtype: torch.dtype) -> bool:
+    """Whether ``torch._grouped_mm`` is used for ``dtype`` on ``device`` (see :func:`_kernel_runs`)."""
+    return GROUPED_KERNEL and dtype in _KERNEL_DTYPES and _kernel_runs(torch.device(device), dtype)
 
 
 def _kernel_ok(*tensors: torch.Tensor) -> bool:
-    """Does ``torch._grouped_mm`` take these operands (dtype; 16-byte aligned data and strides)?"""
+    """Does ``torch._grouped_mm`` take these operands (dtype; 16-byte aligned data and strides), and
+    does it compute them right on their device (:func:`_kernel_runs`)?"""
     if not GROUPED_KERNEL:
-        return False
-    if not _kernel_runs(tensors[0].device, tensors[0].dtype):
         return False
     for t in tensors:
         if t.dtype not in _KERNEL_DTYPES or t.dtype != tensors[0].dtype or t.data_ptr() % 16:
@@ -319,7 +337,7 @@ def _kernel_ok(*tensors: torch.Tensor) -> bool:
             return False
         if t.dim() >= 2 and 1 not in t.stride()[-2:]:
             return False
-    return True
+    return _kernel_runs(tensors[0].device, tensors[0].dtype)
 
 
 def grouped_mm(x_S: torch.Tensor, w_EIO: torch.Tensor, offs: Offsets) -> torch.Tensor:

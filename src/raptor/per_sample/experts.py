@@ -38,7 +38,7 @@ from transformers.integrations.moe import (
 
 from raptor.errors import UnsupportedModelError
 from raptor.moe.expert_lora import expert_lora_forward, has_expert_lora
-from raptor.per_sample.capture import GroupedLinearFn, Offsets, Tape, grouped_linear_use
+from raptor.per_sample.capture import GroupedLinearFn, Offsets, Tape, grouped_kernel_runs, grouped_linear_use
 from raptor.roles.owners import owners_from_top1, owners_from_topk
 
 IMPLEMENTATION = "raptor"
@@ -78,8 +78,8 @@ def raptor_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch
     lora = has_expert_lora(self)
     if state is None and lora:
         return expert_lora_forward(self, hidden_states, top_k_index, top_k_weights)
-    if state is None:
-        if hidden_states.dtype == torch.float64:
+    if state is None:  # HF's grouped kernel only where the probe found it right on this device and dtype
+        if not grouped_kernel_runs(hidden_states.device, hidden_states.dtype):
             return batched_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
         return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
     with _uncaptured():
