@@ -480,11 +480,16 @@ def shard_path(grid: str, shard: tuple[int, int]) -> Path:
 
 
 def all_records(grid: str) -> list[dict]:
-    """Finished cells of every file of the grid (the main file and any shard files)."""
-    out = []
+    """Finished cells of every file of the grid (the main file and any shard files), one record per
+    cell key: a cell run twice (on the CPU here and in a GPU lease's shard file, say) counts once, as
+    its first record in file-name order, so no seed is counted twice in a mean or a standard error."""
+    out, seen = [], set()
     for path in sorted(RESULTS.glob(f"{grid}*.jsonl")):
         if path.name == f"{grid}.jsonl" or path.name.startswith(f"{grid}.shard"):
-            out += [r for r in read_records(path) if r.get("status", "ok") == "ok"]
+            for r in read_records(path):
+                if r.get("status", "ok") == "ok" and r["key"] not in seen:
+                    seen.add(r["key"])
+                    out.append(r)
     return out
 
 

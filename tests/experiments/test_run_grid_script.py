@@ -105,6 +105,22 @@ def test_shards_split_the_groups(rg, tmp_path, monkeypatch):
     assert calls == []
 
 
+def test_a_cell_in_two_files_counts_once(rg, tmp_path, monkeypatch):
+    """A GPU lease's shard file may repeat a cell that also ran here: the summary counts it once."""
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    assert rg.main(_args(rg, tmp_path)) == 0
+    res = tmp_path / "res"
+    n = len(rg.all_records("t"))
+    (res / "t.shard0of13.jsonl").write_text((res / "t.jsonl").read_text())  # every cell again
+    assert len(rg.all_records("t")) == n
+    assert len({r["key"] for r in rg.all_records("t")}) == n
+    out = rg.main([*_args(rg, tmp_path), "--summarize"])
+    assert out == 0
+    summary = json.loads((res / "t.json").read_text())
+    assert {row["n"] for row in summary["summary"]} == {3}  # three final seeds, not six
+
+
 def test_demo_space_runs_one_fixed_configuration_without_tuning(rg, tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(rg, "train_cell", _fake(calls))
