@@ -308,15 +308,25 @@ def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int, device
 _NORMS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
+def calibration_key(cell: Cell) -> tuple:
+    """What a cell's public calibration norms depend on. The seed is part of it wherever the initial
+    weights depend on it: a random init, a random head, and LoRA (its A factors are drawn from the
+    cell's generator). Without LoRA here, a LoRA cell once took the norms of whichever cell of its
+    group had run first in the process: C then depended on the process's history, not on the cell."""
+    p = cell.params
+    seeded = (cell.model.startswith("random(") or p["head"] == "random" or bool(p.get("lora", False))
+              or cell.method == "dp-lora")
+    return (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"], p.get("layers", "auto"),
+            p.get("lora", False), p.get("freeze_head", False), p.get("shared_split", "none"),
+            cell.seed if seeded else None)
+
+
 def calibration_norms(cell: Cell, fx: Fixed, build) -> tuple[torch.Tensor, torch.Tensor]:
     """(shared or dense norms, owner-expert norms) of the public records at the cell's initial
     weights, for its method: computed once per (model, task, method, head, data settings, protected
     layers, and the seed where the initial weights depend on it)."""
     p = cell.params
-    seeded = cell.model.startswith("random(") or p["head"] == "random"
-    key = (cell.model, cell.task, cell.method, p["head"], p["n_pub"], p["max_len"], p["B"], p.get("layers", "auto"),
-           p.get("lora", False), p.get("freeze_head", False), p.get("shared_split", "none"),
-           cell.seed if seeded else None)
+    key = calibration_key(cell)
     if key not in _NORMS:
         probe = build(1.0, 1.0)
         norms = public_norms(probe, records_of(fx.model_dir, cell.task, fx.data_dir, p["n_pub"], p["n_sel"],

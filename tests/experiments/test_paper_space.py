@@ -51,6 +51,22 @@ def test_cells_build_the_protocol_config(rg):
         assert cfg.batch_size == 1024 and cfg.privacy.epsilon == 8.0 and cfg.seed == 0
 
 
+def test_calibration_is_per_seed_wherever_the_initial_weights_are(rg):
+    """LoRA's A factors come from the cell's generator, so a LoRA cell's public clip norms are its
+    own seed's; a warm model with a label-word head and no LoRA has one init for every seed."""
+    fx = rg.Fixed(model_dir="m", data_dir="d", max_train=None, batch_size=1024, epochs=3.0)
+
+    def key(method, seed, **over):
+        h = {**fx.hparams(), **rg.search_space(method)[0], **over}
+        return rg.calibration_key(Cell(model="m@x", task="sst2", method=method, epsilon=8.0, seed=seed, hparams=h))
+
+    for method in ("raptor", "dpsgd", "dpsgd-full", "dp-lora"):
+        assert key(method, 0) != key(method, 1), method
+    assert key("dpsgd", 0, lora=False) == key("dpsgd", 1, lora=False)
+    assert key("last-layer", 0) == key("last-layer", 1)
+    assert key("dpsgd", 0, lora=False, head="random") != key("dpsgd", 1, lora=False, head="random")
+
+
 def test_raptor_and_its_variant_are_compared_with_the_others_only(rg):
     from raptor.experiments.report import margins
 
