@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -526,7 +527,9 @@ def run(args, fx: Fixed) -> None:
     done = {r["key"] for r in all_records(args.grid)}
     total = sum((len(search_space(g[2])) * len(args.tune_seeds) if tuned(g[2]) else 0) + len(args.seeds) for g in gs)
     bar = tqdm(total=total, desc=args.grid, unit="cell", dynamic_ncols=True)
+    # a tree copied to another machine (the GPU lease) has no .git: its launcher names the commit
     rev = git_revision(HERE)
+    rev = os.environ.get("RAPTOR_GIT_REVISION", rev) if rev == "unknown" else rev
     deadline = None if args.stop_at is None else _deadline(args.stop_at)
 
     def runner(cell: Cell) -> dict:

@@ -6,23 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
+from raptor.evaluation.figures import save_figure
 from raptor.training.json_io import write_strict_json
 
 
 def write_json(path: Path, payload: dict) -> Path:
     return write_strict_json(path, payload)
-
-
-def save_figure(fig, path) -> Path:
-    """Lay out ``fig``, write it to ``path`` (parent folders created) at 120 dpi and close it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def plot_scores(path: Path, panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str) -> Path:

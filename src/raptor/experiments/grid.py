@@ -80,15 +80,14 @@ class Cell:
 
 
 def git_revision(cwd: str | Path | None = None) -> str:
-    """``git rev-parse HEAD`` (+ ``-dirty`` when the tree has changes); outside git, the environment's
-    ``RAPTOR_GIT_REVISION`` (a copied tree run on another machine) or ``"unknown"``."""
+    """``git rev-parse HEAD`` (+ ``-dirty`` when the tree has changes), or ``"unknown"`` outside git."""
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True,
                              timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, check=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("RAPTOR_GIT_REVISION", "unknown")
+        return "unknown"
     return rev + ("-dirty" if dirty else "")
 
 

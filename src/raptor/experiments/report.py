@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from raptor.evaluation.figures import save_figure
+
 Group = tuple[str, str, str, Any]  # (model, task, method, epsilon)
 
 #: one fixed colour per method of :data:`raptor.training.config.METHODS` (distinct: tested), so that
@@ -146,18 +148,6 @@ def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, d
             cells.append("" if r is None else f"{r['mean']:.{digits}f} ± {r['std']:.{digits}f} ({r['n']})")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def save_figure(fig, path) -> Path:
-    """Lay out ``fig``, write it to ``path`` (parent folders created) at 120 dpi and close it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *, model: str, task: str) -> Path:
