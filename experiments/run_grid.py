@@ -568,13 +568,22 @@ def run(args, fx: Fixed) -> None:
     bar.close()
 
 
-def _deadline(text: str) -> float:
-    """``HH:MM`` UTC today as a POSIX time."""
+def _deadline(text: str, now: "dt.datetime | None" = None) -> float:
+    """``--stop-at`` as a POSIX time: ``YYYY-MM-DDTHH:MM`` (UTC), or ``HH:MM`` UTC at its next
+    occurrence (a time already past today means tomorrow: a grid started at 22:40 with ``--stop-at
+    00:50`` runs past midnight). Chained runs that may start after the hour should give the date."""
     import datetime as dt
 
-    hh, mm = (int(v) for v in text.split(":"))
-    now = dt.datetime.now(dt.timezone.utc)
-    return now.replace(hour=hh, minute=mm, second=0, microsecond=0).timestamp()
+    now = now or dt.datetime.now(dt.timezone.utc)
+    try:
+        if "T" in text:
+            at = dt.datetime.fromisoformat(text)
+            return (at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)).timestamp()
+        hh, mm = (int(v) for v in text.split(":"))
+        at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    except ValueError as e:
+        raise SystemExit(f"--stop-at {text!r}: expected HH:MM or YYYY-MM-DDTHH:MM in UTC ({e})") from None
+    return (at if at > now else at + dt.timedelta(days=1)).timestamp()
 
 
 def stages_line(args, gs: Sequence[tuple]) -> str:
@@ -741,7 +750,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda)")
     p.add_argument("--shard", default="0/1", help="K/N: run the groups with index %% N == K (own JSONL file)")
-    p.add_argument("--stop-at", default=None, help="HH:MM UTC: start no new cell after this time")
+    p.add_argument("--stop-at", default=None,
+                   help="HH:MM UTC (its next occurrence) or YYYY-MM-DDTHH:MM UTC: start no new cell after it")
     p.add_argument("--on-error", choices=("raise", "record"), default="record")
     p.add_argument("--configs", type=int, default=2, choices=(1, 2, 3, 4),
                    help="configurations per method (the same for every DP method): the first K of its space")

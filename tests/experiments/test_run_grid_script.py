@@ -199,3 +199,19 @@ def test_plan_names_the_tuning_stage_only_where_one_runs(rg, tmp_path, capsys):
     k = rg.check_matched_budget(rg.METHODS)
     assert f"{k} configurations per DP method x 1 tune seed(s) in 10 tuned group(s), + 3 final seed(s)" in out
     assert "no tuning stage" not in out
+
+
+def test_stop_at_means_the_next_occurrence_or_the_given_date(rg):
+    import datetime as dt
+
+    utc = dt.timezone.utc
+    now = dt.datetime(2026, 12, 4, 22, 40, tzinfo=utc)
+    at = lambda text: dt.datetime.fromtimestamp(rg._deadline(text, now), utc)  # noqa: E731
+    assert at("23:00") == dt.datetime(2026, 12, 4, 23, 0, tzinfo=utc)
+    # past midnight: tomorrow, not a deadline already gone (which stopped a grid before its first cell)
+    assert at("00:50") == dt.datetime(2026, 12, 5, 0, 50, tzinfo=utc)
+    assert at("22:40") == dt.datetime(2026, 12, 5, 22, 40, tzinfo=utc)
+    # a full date is taken as given, even when past (chained runs stop at one fixed time)
+    assert at("2026-12-04T20:00") == dt.datetime(2026, 12, 4, 20, 0, tzinfo=utc)
+    with pytest.raises(SystemExit, match="--stop-at"):
+        rg._deadline("half past", now)
