@@ -27,6 +27,7 @@ Cells are seeded (reproducible, NOT secure randomness): this is an experiment, n
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
 import os
@@ -568,12 +569,10 @@ def run(args, fx: Fixed) -> None:
     bar.close()
 
 
-def _deadline(text: str, now: "dt.datetime | None" = None) -> float:
+def _deadline(text: str, now: dt.datetime | None = None) -> float:
     """``--stop-at`` as a POSIX time: ``YYYY-MM-DDTHH:MM`` (UTC), or ``HH:MM`` UTC at its next
     occurrence (a time already past today means tomorrow: a grid started at 22:40 with ``--stop-at
     00:50`` runs past midnight). Chained runs that may start after the hour should give the date."""
-    import datetime as dt
-
     now = now or dt.datetime.now(dt.timezone.utc)
     try:
         if "T" in text:

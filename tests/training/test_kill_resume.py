@@ -18,15 +18,24 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from raptor.errors import CheckpointError
+from raptor.training.checkpoint import resolve_checkpoint
+
 
 def _write(path: Path, rows) -> None:
     path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
 
 
+def _complete(ck: Path) -> Path:
+    """The complete checkpoint at ``ck``: a SIGKILL between the two renames of a checkpoint swap leaves
+    only ``<ck>.old``, which is what a resume reads (``resolve_checkpoint``); the test must read it too."""
+    return resolve_checkpoint(ck)
+
+
 def _step(ck: Path) -> int | None:
     try:
-        return json.loads((ck / "state.json").read_text())["step"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return json.loads((_complete(ck) / "state.json").read_text())["step"]
+    except (CheckpointError, FileNotFoundError, json.JSONDecodeError, KeyError):
         return None
 
 
@@ -118,8 +127,9 @@ def test_unseeded_run_killed_with_sigkill_resumes_exactly(tmp_path, processes):
     proc = _start(processes, _train(*common, "--output-dir", str(first)), tmp_path / "first.err")
     assert _kill_at(proc, first / "checkpoint", 0, tmp_path / "first.err"), _tail(tmp_path / "first.err")
     start = _step(first / "checkpoint")
+    assert start is not None, _tail(tmp_path / "first.err")
     saved = tmp_path / "saved_checkpoint"
-    shutil.copytree(first / "checkpoint", saved)
+    shutil.copytree(_complete(first / "checkpoint"), saved)
 
     # 2. the reference: continue that checkpoint without interruption
     ref = tmp_path / "ref"
