@@ -1,4 +1,5 @@
-"""Fixtures shared by test packages: the open-spy that proves a run reads no private or ../shared file."""
+"""Fixtures shared by test packages: the open-spy that proves a run reads no private or ../shared file,
+and a tiny two-class sentence dataset for CLI runs."""
 
 from __future__ import annotations
 
@@ -40,3 +41,15 @@ def record_opens() -> Callable[[], contextlib.AbstractContextManager[list[str]]]
 
     Session-scoped (it holds no state), so module-scoped fixtures may use it too."""
     return _recording_opens
+
+
+@pytest.fixture(scope="session")
+def sentiment_files(tmp_path_factory):
+    """A folder with ``train.tsv`` (100 records) and ``dev.tsv`` (20): short two-class sentences in
+    GLUE's ``sentence<TAB>label`` form, for end-to-end ``raptor train`` runs. Read-only for tests."""
+    d = tmp_path_factory.mktemp("sentiment")
+    words = ["good", "bad", "great", "awful", "fine", "poor", "nice", "dull"]
+    rows = [(f"{words[i % 8]} movie {words[(3 * i) % 8]} plot", i % 2) for i in range(120)]
+    for name, part in (("train.tsv", rows[:100]), ("dev.tsv", rows[100:])):
+        (d / name).write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in part))
+    return d

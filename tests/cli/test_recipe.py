@@ -14,18 +14,9 @@ from raptor.cli.recipe import _FIELDS, apply_recipe
 from raptor.training.config import RECIPES, TrainConfig
 
 
-def _write_tsv(path, rows):
-    path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
-
-
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    words = ["good", "bad", "great", "awful", "fine", "poor", "nice", "dull"]
-    rows = [(f"{words[i % 8]} movie {words[(3 * i) % 8]} plot", i % 2) for i in range(120)]
-    _write_tsv(d / "train.tsv", rows[:100])
-    _write_tsv(d / "dev.tsv", rows[100:])
-    return d
+def files(sentiment_files):
+    return sentiment_files
 
 
 def _parser():
