@@ -27,6 +27,8 @@ import json
 import statistics
 import subprocess
 import sys
+import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -192,3 +194,25 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
+
+
+class Clock:
+    """Wall time per named phase: ``wrap(name, fn)`` returns ``fn`` timed into ``current[name]``;
+    ``take()`` returns the totals so far and starts over."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.current[name] += time.perf_counter() - t0
+
+        return timed
+
+    def take(self) -> dict[str, float]:
+        out, self.current = dict(self.current), defaultdict(float)
+        return out

@@ -165,24 +165,14 @@ def _profile(fn: Callable[[], object], top: int = 15) -> list[dict]:
     ]
 
 
-class _PhaseClock:
+class _PhaseClock(_common.Clock):
     """Accumulates wall time per phase within one step; ``rounds`` keeps one dict per step."""
 
     def __init__(self) -> None:
-        self.current: dict[str, float] = defaultdict(float)
+        super().__init__()
         self.rounds: list[dict[str, float]] = []
         self.calls: dict[str, int] = defaultdict(int)
         self.last_calls: dict[str, int] = {}
-
-    def wrap(self, name: str, fn: Callable) -> Callable:
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.current[name] += time.perf_counter() - t0
-
-        return timed
 
     def wrap_by_use(self, name: str, fn: Callable) -> Callable:
         """Like :meth:`wrap`, keyed by the use's kind (``linear/expert``: rows routed to an expert)."""

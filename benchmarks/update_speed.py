@@ -29,7 +29,6 @@ import os
 import platform
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -53,25 +52,6 @@ def _records(n: int, T: int, vocab: int, gen):
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.randint(0, 2, (n,), generator=gen)}
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.current: dict[str, float] = defaultdict(float)
-
-    def wrap(self, name: str, fn):
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.current[name] += time.perf_counter() - t0
-
-        return timed
-
-    def take(self) -> dict[str, float]:
-        out, self.current = dict(self.current), defaultdict(float)
-        return out
-
-
 def run(args: argparse.Namespace) -> dict:
     import torch
 
@@ -89,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
     public = _records(args.public_records, args.seq_len, size_kw["vocab_size"], gen)
     validation = _records(args.validation_records, args.seq_len, size_kw["vocab_size"], gen)
     total_steps = args.warmup + args.updates + 1  # +1: the memory-measured update
-    clock = _Clock()
+    clock = _common.Clock()
     # benchmark-only instrumentation: phases of Trainer.step and of build_trainer (undone at the end)
     wrapped = [(distributed_module.Communicator, "sample", "sample"), (trainer_module, "release_gradients", "noise_and_division"),
                (build_module, "public_stage", "public_stage"), (build_module, "public_routing", "public_routing")]
