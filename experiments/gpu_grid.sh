@@ -74,8 +74,7 @@ progress() {
 t0=$SECONDS
 FAILED=0
 declare -A RC
-while [ -n "$(jobs -rp)" ] && [ "$FAILED" = 0 ]; do
-  sleep "${GPU_GRID_POLL:-30}" & wait $!
+reap() {  # the exit codes of the shards that ended; one that failed (not its time limit) sets FAILED
   for i in "${!pids[@]}"; do
     if [ -z "${RC[$i]:-}" ] && ! kill -0 "${pids[$i]}" 2> /dev/null; then
       wait "${pids[$i]}"; RC[$i]=$?
@@ -86,8 +85,13 @@ while [ -n "$(jobs -rp)" ] && [ "$FAILED" = 0 ]; do
       fi
     fi
   done
+}
+while [ -n "$(jobs -rp)" ] && [ "$FAILED" = 0 ]; do
+  sleep "${GPU_GRID_POLL:-30}" & wait $!
+  reap
   progress $((SECONDS - t0)); pack
 done
+reap  # a shard that ended after the last poll (the loop stops when no job runs, before reaping it)
 if [ "$FAILED" = 1 ]; then
   kill $(jobs -rp) 2> /dev/null; wait; pack; exit 1
 fi

@@ -50,3 +50,19 @@ def test_a_failing_shard_stops_the_run_with_its_log(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "shard 0 FAILED" in proc.stdout
     assert "no-such-glue" in proc.stdout  # the log's tail names the cause
+
+
+def test_a_shard_failing_between_two_polls_is_not_missed(tmp_path):
+    """The poll loop stops when no job runs; a shard that failed after the loop's last reap used to
+    end the run with exit 0 (seen once under load; with a poll of 0 the old loop missed it 5 runs of
+    6). A stand-in Python that fails after 0.3 s must give exit 1 with its log, every time."""
+    fake = tmp_path / "fake_python"
+    fake.write_text("#!/usr/bin/env bash\nsleep 0.3; echo 'planted failure' >&2; exit 3\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "GPU_GRID_POLL": "0"}
+    for attempt in range(6):
+        proc = subprocess.run(["bash", str(SCRIPT), "--data-dir", str(tmp_path), "--out", str(tmp_path / "out"),
+                               "--device", "cpu", "--shards", "1", "--", "--results-dir", str(tmp_path / "res")],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, (attempt, proc.stdout[-2000:], proc.stderr[-2000:])
+        assert "shard 0 FAILED (exit 3)" in proc.stdout and "planted failure" in proc.stdout
