@@ -9,7 +9,9 @@ the public n-hat), each a full-SST-2 cell of the grid (`run_grid.py --space pape
 records, B 1024, 3 epochs, epsilon 8, C at the public median of its own groups), at the learning
 rate the grid selected for dpsgd and raptor (2e-3), seeds 0 1 2, dev accuracy.
 
-Diagnostic cells, not part of the seven-method table: no tuning stage of their own.
+Diagnostic cells, not part of the seven-method table: no tuning stage of their own. With a grid
+method and an lr outside its search space (``--methods raptor dpsgd --lr 8e-3 --results
+experiments/results/sst2_paper_lr_probe.jsonl``) the same script probes the search space's edge.
 Resumable: finished cells are in experiments/results/sst2_paper_streams.jsonl and are skipped.
 
     python experiments/stream_ablation.py [--seeds 0] [--epsilon 8] [--threads 1]
@@ -43,7 +45,9 @@ def main(argv=None) -> int:
     p.add_argument("--epsilon", type=float, default=8.0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--methods", nargs="+", default=["shared-only", "expert-only"],
-                   choices=("shared-only", "expert-only"))
+                   choices=("shared-only", "expert-only", "raptor", "dpsgd", "dpsgd-full", "last-layer", "dp-lora"),
+                   help="shared-only and expert-only: the stream ablation; the grid's methods: a probe of one "
+                        "learning rate outside their search space (--lr, --results)")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
     p.add_argument("--model-dir", default=str(ROOT / "src" / "raptor" / "data" / "pretrained" / "switch-public-tiny"))
     p.add_argument("--max-train", type=int, default=0, help="private records (0: all; a smaller value is a smoke run)")
@@ -69,7 +73,7 @@ def main(argv=None) -> int:
     model = rg.model_label("warm", fx.model_dir)
     cells = []
     for method in args.methods:
-        (h,) = [h for h in rg.search_space(method) if h["lr"] == args.lr]
+        h = {**rg.search_space(method)[-1], "lr": args.lr}  # the space's settings at the given lr
         cells += [Cell(model=model, task="sst2", method=method, epsilon=args.epsilon, seed=s, stage="final",
                        hparams={**fx.hparams(), **h}) for s in args.seeds]
 
