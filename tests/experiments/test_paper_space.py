@@ -75,3 +75,16 @@ def test_raptor_and_its_variant_are_compared_with_the_others_only(rg):
                ("m", "sst2", "dpsgd", 8.0): {**row, "mean": 0.60}}
     mine = margins(summary, exclude=("nonprivate", *rg.VARIANTS))
     assert mine[0]["best_baseline"] == "dpsgd" and mine[0]["verdict"] == "win"
+
+
+def test_a_third_learning_rate_keeps_the_two_lr_table(rg, monkeypatch):
+    """--configs 3 widens every method's search by one lr (the DP methods all selected the top of
+    two) and leaves the first two configurations, and so every finished cell, as they were."""
+    two = {m: rg.search_space(m) for m in SEVEN}
+    monkeypatch.setattr(rg, "CONFIGS", 3)
+    assert rg.check_matched_budget(SEVEN) == 3
+    for m in SEVEN:
+        three = rg.search_space(m)
+        assert three[:2] == two[m] and len(three) == 3
+        assert three[2]["lr"] == (3e-4 if m == "nonprivate" else 8e-3)
+        assert {k: v for k, v in three[2].items() if k != "lr"} == {k: v for k, v in three[1].items() if k != "lr"}
