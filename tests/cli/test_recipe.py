@@ -7,16 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import pytest
-
 from raptor.cli.main import main
 from raptor.cli.recipe import _FIELDS, apply_recipe
 from raptor.training.config import RECIPES, TrainConfig
-
-
-@pytest.fixture(scope="module")
-def files(sentiment_files):
-    return sentiment_files
 
 
 def _parser():
@@ -53,10 +46,10 @@ def test_recipe_fields_the_parser_does_not_govern_are_its_defaults():
                                             cfg.optim.name, cfg.max_length), name
 
 
-def test_paper_recipe_run_end_to_end(files, tmp_path):
+def test_paper_recipe_run_end_to_end(sentiment_files, tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--recipe", "paper", "--train-file", str(files / "train.tsv"), "--validation-file",
-                 str(files / "dev.tsv"), "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
+    assert main(["train", "--recipe", "paper", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file",
+                 str(sentiment_files / "dev.tsv"), "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
                  "--hidden-size", "16", "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3",
                  "--steps", "2", "--label-words", "bad", "good", "--output-dir", str(out), "--no-progress",
                  "--metric", "matthews_correlation", "f1"]) == 0
@@ -72,8 +65,8 @@ def test_paper_recipe_run_end_to_end(files, tmp_path):
     assert "shared" in groups and any(k.startswith("expert/") for k in groups)
 
 
-def test_metric_of_the_wrong_task_type_is_refused(files, tmp_path, capsys):
-    assert main(["train", "--train-file", str(files / "train.tsv"), "--public-size", "20", "--vocab-size", "60",
+def test_metric_of_the_wrong_task_type_is_refused(sentiment_files, tmp_path, capsys):
+    assert main(["train", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20", "--vocab-size", "60",
                  "--max-length", "12", "--hidden-size", "16", "--batch-size", "16", "--seed", "3", "--steps", "1",
                  "--output-dir", str(tmp_path / "r"), "--no-progress", "--metric", "pearson"]) == 2
     assert "--metric" in capsys.readouterr().err

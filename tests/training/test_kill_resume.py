@@ -26,15 +26,11 @@ def _write(path: Path, rows) -> None:
     path.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in rows))
 
 
-def _complete(ck: Path) -> Path:
-    """The complete checkpoint at ``ck``: a SIGKILL between the two renames of a checkpoint swap leaves
-    only ``<ck>.old``, which is what a resume reads (``resolve_checkpoint``); the test must read it too."""
-    return resolve_checkpoint(ck)
-
-
 def _step(ck: Path) -> int | None:
+    # resolve_checkpoint: a SIGKILL between the two renames of a checkpoint swap leaves only
+    # <ck>.old, which is what a resume reads; the test reads the same checkpoint
     try:
-        return json.loads((_complete(ck) / "state.json").read_text())["step"]
+        return json.loads((resolve_checkpoint(ck) / "state.json").read_text())["step"]
     except (CheckpointError, FileNotFoundError, json.JSONDecodeError, KeyError):
         return None
 
@@ -129,7 +125,7 @@ def test_unseeded_run_killed_with_sigkill_resumes_exactly(tmp_path, processes):
     start = _step(first / "checkpoint")
     assert start is not None, _tail(tmp_path / "first.err")
     saved = tmp_path / "saved_checkpoint"
-    shutil.copytree(_complete(first / "checkpoint"), saved)
+    shutil.copytree(resolve_checkpoint(first / "checkpoint"), saved)
 
     # 2. the reference: continue that checkpoint without interruption
     ref = tmp_path / "ref"

@@ -9,14 +9,9 @@ import pytest
 from raptor.cli.main import main
 
 
-@pytest.fixture(scope="module")
-def files(sentiment_files):
-    return sentiment_files
-
-
-def test_train_writes_results_and_resumes(files, tmp_path, capsys):
+def test_train_writes_results_and_resumes(sentiment_files, tmp_path, capsys):
     out = tmp_path / "run"
-    common = ["train", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+    common = ["train", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
               "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
               "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3", "--output-dir", str(out),
               "--no-progress", "--epsilon", "4"]
@@ -38,8 +33,8 @@ def test_train_writes_results_and_resumes(files, tmp_path, capsys):
     assert again["steps"] == 2 and again["epsilon"] == pytest.approx(res["epsilon"])
 
 
-def test_train_head_from_label_words(files, tmp_path, capsys):
-    common = ["train", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+def test_train_head_from_label_words(sentiment_files, tmp_path, capsys):
+    common = ["train", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
               "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
               "--batch-size", "16", "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "4",
               "--steps", "1", "--head-init", "label-words"]
@@ -51,14 +46,14 @@ def test_train_head_from_label_words(files, tmp_path, capsys):
     assert res["head_init"] == {"rule": "label-words", "label_words": ["bad", "good"]}
 
 
-def test_train_bad_arguments_exit_2(files, tmp_path, capsys):
+def test_train_bad_arguments_exit_2(sentiment_files, tmp_path, capsys):
     assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err
     assert main(["train", "--layers", "x", "--output-dir", str(tmp_path)]) == 2
 
 
-def test_inspect_prints_table_and_json(files, capsys):
-    args = ["inspect", "--train-file", str(files / "train.tsv"), "--public-size", "40", "--vocab-size", "60",
+def test_inspect_prints_table_and_json(sentiment_files, capsys):
+    args = ["inspect", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "40", "--vocab-size", "60",
             "--max-length", "12", "--hidden-size", "16", "--num-layers", "3"]
     assert main(args) == 0
     text = capsys.readouterr().out
@@ -71,9 +66,9 @@ def test_inspect_prints_table_and_json(files, capsys):
     assert all(s["mean_noise_variance"] > 0 for s in d["layers"])
 
 
-def test_nonprivate_results_are_strict_json(files, tmp_path):
+def test_nonprivate_results_are_strict_json(sentiment_files, tmp_path):
     out = tmp_path / "np"
-    assert main(["train", "--method", "nonprivate", "--train-file", str(files / "train.tsv"), "--public-size", "20",
+    assert main(["train", "--method", "nonprivate", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20",
                  "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--batch-size", "16",
                  "--steps", "1", "--seed", "0", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "results.json").read_text()
@@ -81,13 +76,13 @@ def test_nonprivate_results_are_strict_json(files, tmp_path):
     assert res["epsilon"] == "inf" and res["final_accuracy"] is None  # no validation file given
 
 
-def test_train_from_a_saved_model_directory(files, tmp_path):
+def test_train_from_a_saved_model_directory(sentiment_files, tmp_path):
     import torch
 
     from raptor.data import load_user_files, save_tokenizer, train_wordpiece
     from raptor.moe.models import TinySize, build_model
 
-    texts = load_user_files(files / "train.tsv").train
+    texts = load_user_files(sentiment_files / "train.tsv").train
     tok = train_wordpiece(texts.corpus(), vocab_size=60)
     save_tokenizer(tok, tmp_path / "tok")
     model = build_model("olmoe", generator=torch.Generator().manual_seed(0),
@@ -95,7 +90,7 @@ def test_train_from_a_saved_model_directory(files, tmp_path):
     model.save_pretrained(str(tmp_path / "model"))
     out = tmp_path / "run"
     assert main(["train", "--model", str(tmp_path / "model"), "--tokenizer", str(tmp_path / "tok"),
-                 "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
+                 "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
                  "--public-size", "20", "--max-length", "12", "--batch-size", "16", "--steps", "1", "--seed", "0",
                  "--output-dir", str(out), "--no-progress", "--layers", "1"]) == 0
     res = json.loads((out / "results.json").read_text())
