@@ -1,5 +1,5 @@
 """Fixtures shared by test packages: the open-spy that proves a run reads no private or ../shared file,
-and a tiny two-class sentence dataset for CLI runs."""
+a tiny two-class sentence dataset for CLI runs, and a privacy budget that runs out after one update."""
 
 from __future__ import annotations
 
@@ -53,3 +53,21 @@ def sentiment_files(tmp_path_factory):
     for name, part in (("train.tsv", rows[:100]), ("dev.tsv", rows[100:])):
         (d / name).write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in part))
     return d
+
+
+@pytest.fixture
+def budget_runs_out_after_one_update(monkeypatch):
+    """``PrivacyLedger.check_can_record`` passes for the first update and raises
+    ``BudgetExceededError`` ("... (test)") for every later one: a run that must stop on its budget."""
+    from raptor.accounting.ledger import PrivacyLedger
+    from raptor.errors import BudgetExceededError
+
+    real, calls = PrivacyLedger.check_can_record, []
+
+    def check(self, *args, **kw):
+        calls.append(1)
+        if len(calls) > 1:
+            raise BudgetExceededError("this step would exceed the privacy budget (test)")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(PrivacyLedger, "check_can_record", check)

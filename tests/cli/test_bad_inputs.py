@@ -12,19 +12,11 @@ import shutil
 from dataclasses import dataclass, field
 
 import pytest
+from bad_input_files import GOOD_TSV, ROWS, TINY, tsv
 
 from raptor.cli.main import main
 
 HAVE_DATASETS = importlib.util.find_spec("datasets") is not None
-ROWS = [(f"{w} movie {v} plot", i % 2) for i, (w, v) in
-        enumerate(zip(["good", "bad", "great", "awful", "fine", "poor"] * 10, ["nice", "dull", "fun"] * 20))]
-GOOD_TSV = "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in ROWS)
-TINY = ["--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
-        "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
-
-
-def tsv(rows, header="sentence\tlabel"):
-    return header + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows)
 
 
 @dataclass(frozen=True)
@@ -213,15 +205,6 @@ CASES = [
     Case("predict: bad --output suffix", ["predict", "--model", "{run}", "--input", "{d}/train.tsv", "--output", "{d}/p.txt"],
          r"--output .*must end in \.csv or \.jsonl", {"train.tsv": GOOD_TSV}, train=False),
 ]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("run")
-    (d / "train.tsv").write_text(GOOD_TSV)
-    assert main(["train", *TINY, "--train-file", str(d / "train.tsv"), "--public-size", "20",
-                 "--output-dir", str(d / "out")]) == 0
-    return d / "out"
 
 
 def _damage(ck, what):

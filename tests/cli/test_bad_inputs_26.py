@@ -20,23 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from bad_input_files import GOOD_TSV, ROWS, TINY, tsv
 
 from raptor.cli.main import main
 from raptor.data.textio import read_table
 from raptor.data.user_files import load_user_files
 
-ROWS = [(f"{w} movie {v} plot", i % 2) for i, (w, v) in
-        enumerate(zip(["good", "bad", "great", "awful", "fine", "poor"] * 10, ["nice", "dull", "fun"] * 20))]
-
-
-def tsv(rows, header="sentence\tlabel"):
-    return header + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows)
-
-
-GOOD_TSV = tsv(ROWS)
 PUBLIC_TSV = tsv([(f"public {s}", y) for s, y in ROWS[:30]])
-TINY = ["--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
-        "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
 QA_TSV = "prompt\tanswer\n" + "".join(f"colour {i}?\tred\n" for i in range(30))
 ALARM_S = 120  # a bound on the cases that used to hang
 
@@ -198,15 +188,6 @@ CASES = [
                                                                           "--public-size", "20"],
          r"warning: --public-size 20: 20 records of .*train\.tsv are public and lose DP protection", F, outcome="ok"),
 ]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("run")
-    (d / "train.tsv").write_text(GOOD_TSV)
-    assert main(["train", *TINY, "--train-file", str(d / "train.tsv"), "--public-size", "20",
-                 "--output-dir", str(d / "out")]) == 0
-    return d / "out"
 
 
 class _Alarm(Exception):

@@ -304,19 +304,8 @@ def test_a_checkpoint_of_another_version_is_one_line(edit, pattern, finished, da
     assert (run / "results.json").read_bytes() == before
 
 
-def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_path, monkeypatch, capsys):
-    from raptor.accounting.ledger import PrivacyLedger
-    from raptor.errors import BudgetExceededError
-
-    real, calls = PrivacyLedger.check_can_record, []
-
-    def check(self, *args, **kw):  # the second update would exceed the budget
-        calls.append(1)
-        if len(calls) > 1:
-            raise BudgetExceededError("this step would exceed the privacy budget (test)")
-        return real(self, *args, **kw)
-
-    monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
+def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_path, capsys,
+                                                                  budget_runs_out_after_one_update):
     out = tmp_path / "run"
     tiny = [a if a != "1" or TINY[i - 1] != "--steps" else "3" for i, a in enumerate(TINY)]
     argv = ["train", *tiny, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",

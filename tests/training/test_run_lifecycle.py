@@ -93,20 +93,8 @@ def test_an_output_dir_holding_a_run_is_refused_before_training_unless_overwrite
     assert main(_argv(files, out, "--overwrite")) == 0
 
 
-def test_a_budget_stop_saves_the_checkpoint_results_and_model_first(files, tmp_path, monkeypatch, capsys):
-    from raptor.accounting.ledger import PrivacyLedger
-    from raptor.errors import BudgetExceededError
-
-    real = PrivacyLedger.check_can_record
-    calls = []
-
-    def check(self, *args, **kw):
-        calls.append(1)
-        if len(calls) > 1:
-            raise BudgetExceededError("this step would exceed the privacy budget (test)")
-        return real(self, *args, **kw)
-
-    monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
+def test_a_budget_stop_saves_the_checkpoint_results_and_model_first(files, tmp_path, capsys,
+                                                                    budget_runs_out_after_one_update):
     out = tmp_path / "run"
     assert main(_argv(files, out)) == 2
     err = capsys.readouterr().err
