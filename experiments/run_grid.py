@@ -21,6 +21,9 @@ shared ratio and the clip rule, count inside its budget); each is run once (``--
 scored on the selection split (stage ``tune``); the best one per (model, task, method, epsilon)
 is rerun with ``--seeds`` and scored on dev (stage ``final``). Every finished cell is one line of
 ``experiments/results/<grid>.jsonl`` (raptor.experiments.grid); a rerun skips finished cells.
+Several processes may work on one grid (``--shard K/N``, or one started by hand for one group):
+each claims the cell it runs (raptor.experiments.claims), skips a cell another one is running,
+and selects a group's configuration only once all of its tuning cells have finished.
 Cells are seeded (reproducible, NOT secure randomness): this is an experiment, not a release.
 """
 
@@ -42,6 +45,7 @@ import torch
 
 from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
+from raptor.experiments.claims import claimed, holder
 from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
 from raptor.training.config import METHODS
 
@@ -496,6 +500,11 @@ def shard_path(grid: str, shard: tuple[int, int]) -> Path:
     return RESULTS / (f"{grid}.jsonl" if n == 1 else f"{grid}.shard{k}of{n}.jsonl")
 
 
+def claims_dir(grid: str) -> Path:
+    """Where the processes of one grid claim the cell each is running (ignored by git)."""
+    return RESULTS / ".claims" / grid
+
+
 def all_records(grid: str) -> list[dict]:
     """Finished cells of every file of the grid (the main file and any shard files), one record per
     cell key: a cell run twice (on the CPU here and in a GPU lease's shard file, say) counts once, as
@@ -543,14 +552,22 @@ def run(args, fx: Fixed) -> None:
         return result
 
     def run_cells(cells: Sequence[Cell]) -> bool:
-        """Run ``cells`` one by one (each appended to the JSONL); False once --stop-at has passed."""
+        """Run ``cells`` one by one (each appended to the JSONL); False once --stop-at has passed.
+        A cell that another process is running (its claim, :mod:`raptor.experiments.claims`) or has
+        finished meanwhile is skipped: a rerun takes up what is left."""
         for c in cells:
             if deadline is not None and time.time() > deadline:
                 bar.close()
                 print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
                 return False
-            bar.set_postfix_str(c.label()[:70])
-            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
+            with claimed(claims_dir(args.grid), c.key) as ours:
+                if ours and c.key not in {r["key"] for r in all_records(args.grid)}:
+                    bar.set_postfix_str(c.label()[:70])
+                    run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
+                elif not ours:
+                    who = holder(claims_dir(args.grid), c.key) or {}
+                    bar.write(f"skipped {c.label()}: process {who.get('pid', '?')} on {who.get('host', '?')} "
+                              "is running it; a rerun takes it up if that process stops first")
             bar.update(1)
         return True
 
@@ -562,6 +579,11 @@ def run(args, fx: Fixed) -> None:
             return
         records = all_records(args.grid)
         done = {r["key"] for r in records}
+        if any(c.key not in done for c in tune):  # running elsewhere, or failed under --on-error record
+            bar.write(f"group {'/'.join(map(str, g))}: not every tuning cell has finished, so no selection "
+                      "and no final seed now (a selection must see the whole search space); rerun later")
+            bar.update(len(args.seeds))
+            continue
         best = selected(records, g, fx)
         if best is None:
             bar.update(len(args.seeds))

@@ -215,3 +215,35 @@ def test_stop_at_means_the_next_occurrence_or_the_given_date(rg):
     assert at("2026-12-04T20:00") == dt.datetime(2026, 12, 4, 20, 0, tzinfo=utc)
     with pytest.raises(SystemExit, match="--stop-at"):
         rg._deadline("half past", now)
+
+
+
+def test_a_cell_another_process_runs_is_skipped_and_its_group_waits_for_a_rerun(rg, tmp_path, monkeypatch, capsys):
+    """Two processes on one grid never run one cell twice; a group whose tuning is incomplete
+    selects nothing (a selection must see the whole search space) until a rerun."""
+    from raptor.experiments.claims import claimed
+
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    argv = [*_args(rg, tmp_path), "--models", "warm", "--methods", "nonprivate", "dpsgd", "--epsilons", "8"]
+    assert rg.main([*argv, "--results-dir", str(tmp_path / "first")]) == 0  # the grid's cells, in order
+    every = list(calls)
+    held_tune = next(c for c in every if c.method == "dpsgd" and c.stage == "tune")
+    held_final = next(c for c in every if c.method == "nonprivate" and c.stage == "final")
+    calls.clear()
+    claims = tmp_path / "res" / ".claims" / "t"
+    with claimed(claims, held_tune.key) as a, claimed(claims, held_final.key) as b:
+        assert a and b  # held here as if by another process (its own open file description)
+        assert rg.main(argv) == 0
+    out = capsys.readouterr()
+    ran = {c.key for c in calls}
+    assert len(ran) == len(calls)  # nothing twice
+    dpsgd_finals = {c.key for c in every if c.method == "dpsgd" and c.stage == "final"}
+    assert held_tune.key not in ran and held_final.key not in ran and not ran & dpsgd_finals
+    assert ran == {c.key for c in every} - {held_tune.key, held_final.key} - dpsgd_finals
+    assert out.err.count("skipped ") + out.out.count("skipped ") == 2
+    assert "not every tuning cell has finished" in out.err + out.out
+    calls.clear()
+    assert rg.main(argv) == 0  # the rerun takes up exactly what was left
+    assert {c.key for c in calls} == {held_tune.key, held_final.key} | dpsgd_finals
+    assert not list(claims.iterdir())  # every claim was released
