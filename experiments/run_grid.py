@@ -660,6 +660,13 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         fixed = fixed_choice(_group_of(r), fx)
         if fixed is not None:
             best[_group_of(r)] = fixed
+    # a group whose tuning has not run every configuration of the space selects nothing: its best of
+    # a part of the space would be a smaller budget than the others' (a grid widened with --configs)
+    keys = {r["key"] for r in records}
+    tuning_incomplete = sorted((g for g in best if fixed_choice(g, fx) is None
+                                and any(c.key not in keys for c in tune_cells(g, fx, args.tune_seeds))), key=str)
+    for g in tuning_incomplete:
+        del best[g]
     # final cells whose hparams are the selected ones (a changed selection leaves stale finals out)
     finals = [r for r in records if r["cell"].get("stage") == "final"
               and best.get(_group_of(r)) == dict(r["cell"]["hparams"])]
@@ -703,6 +710,7 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         "search_space": {m: list(search_space(m)) for m in args.methods},
         "configs_per_dp_method": check_matched_budget(list(args.methods)),
         "selected": {" / ".join(str(v) for v in g): h for g, h in best.items()},
+        "tuning_incomplete": [" / ".join(str(v) for v in g) for g in tuning_incomplete],
         "summary": [dict(v) for v in summary.values()],
         "margins": verdicts,
         "tuning_runs": tune_rows,
@@ -714,6 +722,10 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
           f"Regenerate: `{out['command']}` (the runs: the same without `--summarize`).", ""]
     for t in tables:
         md += [t, ""]
+    if tuning_incomplete:
+        md += [f"Not in the table: {len(tuning_incomplete)} group(s) whose tuning has not run every configuration of "
+               "the search space (`--configs`), so they select nothing yet: "
+               + "; ".join(out["tuning_incomplete"]) + ".", ""]
     md += ["## RAPTOR against the best other DP method", "", *verdict_lines, ""]
     pairs = warm_vs_random(summary)
     out["warm_vs_random"] = pairs

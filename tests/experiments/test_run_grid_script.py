@@ -247,3 +247,27 @@ def test_a_cell_another_process_runs_is_skipped_and_its_group_waits_for_a_rerun(
     assert rg.main(argv) == 0  # the rerun takes up exactly what was left
     assert {c.key for c in calls} == {held_tune.key, held_final.key} | dpsgd_finals
     assert not list(claims.iterdir())  # every claim was released
+
+
+def test_a_widened_search_space_selects_nothing_until_every_configuration_has_run(rg, tmp_path, monkeypatch, capsys):
+    """--configs 3 on a grid tuned with 2: a group's best of 2 would be a smaller budget than the
+    others' best of 3, so the summary leaves the group out, and says so, until its third runs."""
+    calls = []
+    monkeypatch.setattr(rg, "train_cell", _fake(calls))
+    argv = [*_args(rg, tmp_path), "--models", "warm", "--methods", "nonprivate", "dpsgd", "raptor", "--epsilons", "8"]
+    assert rg.main([*argv, "--configs", "2"]) == 0
+    assert rg.main([*argv, "--configs", "2", "--summarize"]) == 0
+    two = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert {r["method"] for r in two["summary"]} == {"nonprivate", "dpsgd", "raptor"} and not two["tuning_incomplete"]
+    capsys.readouterr()
+    assert rg.main([*argv, "--configs", "3", "--summarize"]) == 0
+    md = capsys.readouterr().out
+    three = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert three["summary"] == [] and three["margins"] == []  # every group misses its third configuration
+    assert len(three["tuning_incomplete"]) == 3 and "select nothing yet" in md
+    calls.clear()
+    assert rg.main([*argv, "--configs", "3"]) == 0  # the third configurations (and any new finals) run
+    assert {c.stage for c in calls} >= {"tune"}
+    assert rg.main([*argv, "--configs", "3", "--summarize"]) == 0
+    done = json.loads((tmp_path / "res" / "t.json").read_text())
+    assert {r["method"] for r in done["summary"]} == {"nonprivate", "dpsgd", "raptor"} and not done["tuning_incomplete"]
