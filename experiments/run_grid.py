@@ -489,6 +489,12 @@ def tune_cells(group, fx: Fixed, tune_seeds: Sequence[int]) -> list[Cell]:
                  hparams={**fx.hparams(), **h}) for h in search_space(method) for s in tune_seeds]
 
 
+def tuning_done(group, fx: Fixed, tune_seeds: Sequence[int], finished: set[str]) -> bool:
+    """Whether every tuning cell of ``group`` is among the ``finished`` keys (an untuned group has
+    none): a selection must see the whole search space, or it would be a smaller budget."""
+    return all(c.key in finished for c in tune_cells(group, fx, tune_seeds))
+
+
 def final_cells(group, fx: Fixed, best: Mapping, seeds: Sequence[int]) -> list[Cell]:
     model, task, method, eps = group
     return [Cell(model=model, task=task, method=method, epsilon=eps, seed=s, stage="final", hparams=best)
@@ -546,6 +552,7 @@ def run(args, fx: Fixed) -> None:
     rev = git_revision(HERE)
     rev = os.environ.get("RAPTOR_GIT_REVISION", rev) if rev == "unknown" else rev
     deadline = None if args.stop_at is None else _deadline(args.stop_at)
+    claims = claims_dir(args.grid)
 
     def runner(cell: Cell) -> dict:
         result, _ = train_cell(cell, fx)
@@ -560,12 +567,12 @@ def run(args, fx: Fixed) -> None:
                 bar.close()
                 print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
                 return False
-            with claimed(claims_dir(args.grid), c.key) as ours:
+            with claimed(claims, c.key) as ours:
                 if ours and c.key not in {r["key"] for r in all_records(args.grid)}:
                     bar.set_postfix_str(c.label()[:70])
                     run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
                 elif not ours:
-                    who = holder(claims_dir(args.grid), c.key) or {}
+                    who = holder(claims, c.key) or {}
                     bar.write(f"skipped {c.label()}: process {who.get('pid', '?')} on {who.get('host', '?')} "
                               "is running it; a rerun takes it up if that process stops first")
             bar.update(1)
@@ -579,7 +586,7 @@ def run(args, fx: Fixed) -> None:
             return
         records = all_records(args.grid)
         done = {r["key"] for r in records}
-        if any(c.key not in done for c in tune):  # running elsewhere, or failed under --on-error record
+        if not tuning_done(g, fx, args.tune_seeds, done):  # running elsewhere, or failed under --on-error record
             bar.write(f"group {'/'.join(map(str, g))}: not every tuning cell has finished, so no selection "
                       "and no final seed now (a selection must see the whole search space); rerun later")
             bar.update(len(args.seeds))
@@ -660,11 +667,10 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         fixed = fixed_choice(_group_of(r), fx)
         if fixed is not None:
             best[_group_of(r)] = fixed
-    # a group whose tuning has not run every configuration of the space selects nothing: its best of
-    # a part of the space would be a smaller budget than the others' (a grid widened with --configs)
+    # a group whose tuning has not run every configuration of the space selects nothing (a grid
+    # widened with --configs)
     keys = {r["key"] for r in records}
-    tuning_incomplete = sorted((g for g in best if fixed_choice(g, fx) is None
-                                and any(c.key not in keys for c in tune_cells(g, fx, args.tune_seeds))), key=str)
+    tuning_incomplete = sorted((g for g in best if not tuning_done(g, fx, args.tune_seeds, keys)), key=str)
     for g in tuning_incomplete:
         del best[g]
     # final cells whose hparams are the selected ones (a changed selection leaves stale finals out)

@@ -1,5 +1,5 @@
 """Fixtures shared by test packages: the open-spy that proves a run reads no private or ../shared file,
-a tiny two-class sentence dataset for CLI runs, and a privacy budget that runs out after one update."""
+a tiny two-class sentence dataset for CLI runs, and a privacy budget that runs out."""
 
 from __future__ import annotations
 
@@ -56,18 +56,21 @@ def sentiment_files(tmp_path_factory):
 
 
 @pytest.fixture
-def budget_runs_out_after_one_update(monkeypatch):
-    """``PrivacyLedger.check_can_record`` passes for the first update and raises
-    ``BudgetExceededError`` ("... (test)") for every later one: a run that must stop on its budget."""
+def budget_runs_out(monkeypatch):
+    """``budget_runs_out(n)``: ``PrivacyLedger.check_can_record`` passes for the first ``n`` updates and
+    raises ``BudgetExceededError(message)`` for every later one: a run that must stop on its budget."""
     from raptor.accounting.ledger import PrivacyLedger
     from raptor.errors import BudgetExceededError
 
-    real, calls = PrivacyLedger.check_can_record, []
+    def after(updates: int, message: str = "this step would exceed the privacy budget (test)") -> None:
+        real, calls = PrivacyLedger.check_can_record, []
 
-    def check(self, *args, **kw):
-        calls.append(1)
-        if len(calls) > 1:
-            raise BudgetExceededError("this step would exceed the privacy budget (test)")
-        return real(self, *args, **kw)
+        def check(self, *args, **kw):
+            calls.append(1)
+            if len(calls) > updates:
+                raise BudgetExceededError(message)
+            return real(self, *args, **kw)
 
-    monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
+        monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
+
+    return after

@@ -16,8 +16,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "raptor"
 # Top-level leaf modules that every sub-package may import: each imports only the standard library
 # and no other raptor module (tested below), so importing one can never point a dependency upward.
 # errors: the exception types; _lazy: the PEP 562 lazy-export helper of the package __init__s;
-# _hashing: the streamed SHA-256 of a file; _quiet_log: a per-thread logger filter for one call.
-LEAVES = {"errors", "_lazy", "_hashing", "_quiet_log"}
+# _hashing: the streamed SHA-256 of a file; _quiet_log: a per-thread logger filter for one call;
+# _flock: the exclusive lock on a file that names its holder (output-dir lock, grid cell claims).
+LEAVES = {"errors", "_lazy", "_hashing", "_quiet_log", "_flock"}
 
 # Each sub-package may import raptor.<x> only for x in its allowed set (or a LEAF).
 # The direction runs downward: accounting and mechanisms at the bottom, cli at the top.

@@ -304,8 +304,8 @@ def test_a_checkpoint_of_another_version_is_one_line(edit, pattern, finished, da
     assert (run / "results.json").read_bytes() == before
 
 
-def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_path, capsys,
-                                                                  budget_runs_out_after_one_update):
+def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_path, capsys, budget_runs_out):
+    budget_runs_out(1)
     out = tmp_path / "run"
     tiny = [a if a != "1" or TINY[i - 1] != "--steps" else "3" for i, a in enumerate(TINY)]
     argv = ["train", *tiny, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
@@ -327,19 +327,10 @@ def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_
     assert accuracy == pytest.approx(res["final_metrics"]["accuracy"])
 
 
-def test_the_library_budget_stop_carries_the_evaluation_too(tok, tmp_path, monkeypatch):
-    from raptor.accounting.ledger import PrivacyLedger
+def test_the_library_budget_stop_carries_the_evaluation_too(tok, tmp_path, budget_runs_out):
     from raptor.errors import BudgetExceededError
 
-    real, calls = PrivacyLedger.check_can_record, []
-
-    def check(self, *args, **kw):
-        calls.append(1)
-        if len(calls) > 2:
-            raise BudgetExceededError("over budget (test)")
-        return real(self, *args, **kw)
-
-    monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
+    budget_runs_out(2, "over budget (test)")
     with pytest.raises(BudgetExceededError) as info:
         _call(tok, tmp_path, config=raptor.tiny_recipe("dpsgd", steps=3, output_dir=str(tmp_path / "run")))
     res = info.value.partial.results

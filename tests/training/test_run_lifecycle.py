@@ -93,8 +93,8 @@ def test_an_output_dir_holding_a_run_is_refused_before_training_unless_overwrite
     assert main(_argv(files, out, "--overwrite")) == 0
 
 
-def test_a_budget_stop_saves_the_checkpoint_results_and_model_first(files, tmp_path, capsys,
-                                                                    budget_runs_out_after_one_update):
+def test_a_budget_stop_saves_the_checkpoint_results_and_model_first(files, tmp_path, capsys, budget_runs_out):
+    budget_runs_out(1)
     out = tmp_path / "run"
     assert main(_argv(files, out)) == 2
     err = capsys.readouterr().err
