@@ -655,6 +655,24 @@ def plan(args, fx: Fixed) -> None:
           f"({'measured mean' if walls else 'guess, --seconds-per-cell'}); / {args.shard[1]} with --shard K/{args.shard[1]}")
 
 
+#: Flags that say how one machine ran its share (threads, shard, wall-clock stop), not what the grid is.
+_MACHINE_FLAGS = ("--threads", "--shard", "--stop-at")
+
+
+def regenerating_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` without :data:`_MACHINE_FLAGS` (``--flag value`` or ``--flag=value``): the command a
+    reader reruns to get the same table, free of the writer's ``--stop-at`` and shard."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in _MACHINE_FLAGS:
+            skip = True
+        elif not a.startswith(tuple(f + "=" for f in _MACHINE_FLAGS)):
+            out.append(a)
+    return out
+
+
 def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dict:
     from raptor.experiments.report import margins, markdown_table, plot_metric_vs_epsilon, select_best
     from raptor.experiments.report import summarize as summarize_records
@@ -722,8 +740,8 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
         "tuning_runs": tune_rows,
         "plots": plots,
     }
-    out["command"] = ("python experiments/run_grid.py " + " ".join(sys.argv[1:])) if argv_of_main is None else \
-        "python experiments/run_grid.py " + " ".join(argv_of_main)
+    out["command"] = "python experiments/run_grid.py " + " ".join(
+        regenerating_argv(sys.argv[1:] if argv_of_main is None else argv_of_main))
     md = [f"# {stem}", "", f"δ = {fx.delta:g} for every cell; target ε in the columns; " + out["selection"], "",
           f"Regenerate: `{out['command']}` (the runs: the same without `--summarize`).", ""]
     for t in tables:

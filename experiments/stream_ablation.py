@@ -12,7 +12,8 @@ rate the grid selected for dpsgd and raptor (2e-3), seeds 0 1 2, dev accuracy.
 Diagnostic cells, not part of the seven-method table: no tuning stage of their own. With a grid
 method and an lr outside its search space (``--methods raptor dpsgd --lr 8e-3 --results
 experiments/results/sst2_paper_lr_probe.jsonl``) the same script probes the search space's edge.
-Resumable: finished cells are in experiments/results/sst2_paper_streams.jsonl and are skipped.
+Resumable: finished cells are in experiments/results/sst2_paper_streams.jsonl and are skipped; each
+cell is claimed while it runs (raptor.experiments.claims), so a second copy of the script skips it.
 
     python experiments/stream_ablation.py [--seeds 0] [--epsilon 8] [--threads 1]
 """
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "paper"
-    from raptor.experiments.grid import Cell, git_revision, run_grid
+    from raptor.experiments.claims import claimed
+    from raptor.experiments.grid import Cell, done_keys, git_revision, read_records, run_grid
 
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=500,
                   selection_size=500, max_train=args.max_train or None, max_length=40, batch_size=args.batch_size,
@@ -81,8 +83,17 @@ def main(argv=None) -> int:
         result, _ = rg.train_cell(cell, fx)
         return result
 
-    records = run_grid(cells, args.results, runner, on_error="raise", revision=git_revision(HERE),
-                       desc="streams")
+    # two copies of this script on one results file each take the cells the other is not running
+    claims = Path(args.results).parent / ".claims" / Path(args.results).stem
+    rev = git_revision(HERE)
+    for c in cells:
+        with claimed(claims, c.key) as ours:
+            if not ours:
+                print(f"skipped {c.label()}: another process is running it", flush=True)
+            elif c.key not in done_keys(args.results):  # re-read: the last holder may have just finished it
+                run_grid([c], args.results, runner, on_error="raise", revision=rev, progress=False)
+    mine = {c.key for c in cells}
+    records = [r for r in read_records(args.results) if r["key"] in mine]
     for r in records:
         c, res = r["cell"], r["result"]
         print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],

@@ -68,22 +68,14 @@ def test_small_shares_get_their_power_of_ten_in_the_axis_label():
     assert 1.0 <= 2.8e-5 / 10.0 ** _display_exponent(2.8e-5) < 1000.0
 
 
-def test_replot_redraws_a_figure_from_its_json_alone(tmp_path, monkeypatch, capsys):
+def test_replot_redraws_a_figure_from_its_json_alone(tmp_path, monkeypatch, capsys, experiment_script):
     """``failure_modes.py --replot JSON``: no model and no data; the title comes from the JSON."""
-    import importlib.util
     import json
-    import sys
-    from pathlib import Path
 
     pytest.importorskip("matplotlib")
     from raptor.experiments import diagnostics
 
-    root = Path(__file__).resolve().parents[2]
-    monkeypatch.syspath_prepend(str(root / "experiments"))
-    spec = importlib.util.spec_from_file_location("failure_modes_under_test", root / "experiments" / "failure_modes.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "failure_modes_under_test", mod)
-    spec.loader.exec_module(mod)
+    mod = experiment_script("failure_modes")
 
     experts = [{"layer": 1, "expert": e, "public_load": load, "snr_dense": 1e-5, "snr_raptor": 1e-3}
                for e, load in enumerate([0.25, 0.75])]

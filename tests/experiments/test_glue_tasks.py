@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("glue_tasks", ROOT / "experiments" / "glue_tasks.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _results(task: str, method: str) -> dict:
@@ -30,10 +18,10 @@ def _results(task: str, method: str) -> dict:
             "evals": [{"step": 12, "metrics": metrics, "accuracy": None}]}
 
 
-def test_every_command_parses_as_raptor_train_flags():
+def test_every_command_parses_as_raptor_train_flags(experiment_script):
     from raptor.cli.train import add_arguments, config_from_args
 
-    mod = _module()
+    mod = experiment_script("glue_tasks")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     for name, task in mod.TASKS.items():
@@ -48,8 +36,8 @@ def test_every_command_parses_as_raptor_train_flags():
             assert mod.shown_command(argv).startswith(".venv/bin/raptor train --task " + name)
 
 
-def test_main_runs_each_missing_run_once_and_writes_the_summary(tmp_path, monkeypatch):
-    mod = _module()
+def test_main_runs_each_missing_run_once_and_writes_the_summary(tmp_path, monkeypatch, experiment_script):
+    mod = experiment_script("glue_tasks")
     calls = []
 
     def fake_run(argv, out_dir, threads):

@@ -128,6 +128,12 @@ def test_summary_margins_and_table():
     assert "| raptor | 0.720 ± 0.020 (3) |" in table and "non-private" in table
 
 
+def test_a_single_seed_cell_shows_no_spread():
+    summary = summarize([_rec("raptor", 1.0, 0, 0.7), _rec("dpsgd", 1.0, 0, 0.6), _rec("dpsgd", 1.0, 1, 0.62)])
+    table = markdown_table(summary, model="m", task="sst2")
+    assert "| raptor | 0.700 (1) |" in table and "| dpsgd | 0.610 ± 0.014 (2) |" in table
+
+
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     from raptor.experiments.report import plot_metric_vs_epsilon

@@ -4,28 +4,18 @@ shared group, and the config a cell builds says so."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from raptor.experiments.grid import Cell
 
-ROOT = Path(__file__).resolve().parents[2]
 SEVEN = ("nonprivate", "dpsgd", "dpsgd-full", "last-layer", "dp-lora", "raptor", "raptor-split")
 
 
 @pytest.fixture()
-def rg(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
-    spec = importlib.util.spec_from_file_location("run_grid_paper", ROOT / "experiments" / "run_grid.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["run_grid_paper"] = mod
-    spec.loader.exec_module(mod)
+def rg(experiment_script, monkeypatch):
+    mod = experiment_script("run_grid")
     monkeypatch.setattr(mod, "SPACE", "paper")
-    yield mod
-    sys.modules.pop("run_grid_paper", None)
+    return mod
 
 
 def test_matched_budget_and_protocol(rg):

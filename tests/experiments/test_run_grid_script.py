@@ -3,25 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture()
-def rg(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
-    spec = importlib.util.spec_from_file_location("run_grid_under_test", ROOT / "experiments" / "run_grid.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["run_grid_under_test"] = mod
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("run_grid_under_test", None)
+def rg(experiment_script):
+    return experiment_script("run_grid")
 
 
 def _fake(calls):
@@ -271,3 +260,9 @@ def test_a_widened_search_space_selects_nothing_until_every_configuration_has_ru
     assert rg.main([*argv, "--configs", "3", "--summarize"]) == 0
     done = json.loads((tmp_path / "res" / "t.json").read_text())
     assert {r["method"] for r in done["summary"]} == {"nonprivate", "dpsgd", "raptor"} and not done["tuning_incomplete"]
+
+
+def test_the_regenerate_command_leaves_out_how_one_machine_ran_its_share(rg):
+    argv = ["--grid", "g", "--threads", "1", "--shard=1/2", "--stop-at", "2026-12-05T14:25", "--configs", "3",
+            "--summarize"]
+    assert rg.regenerating_argv(argv) == ["--grid", "g", "--configs", "3", "--summarize"]

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("sst2_methods", ROOT / "experiments" / "sst2_methods.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _row(tag, lr, acc, eps):
     evals = [{"step": 10, "accuracy": acc - 0.1, "epsilon": eps}, {"step": 20, "accuracy": acc, "epsilon": eps}]
     return {"tag": tag, "lr": lr, "final_accuracy": acc, "evals": evals, "epsilon": eps, "delta": 1e-6, "steps": 20}
 
 
-def test_plot_writes_a_png(tmp_path):
-    mod = _module()
+def test_plot_writes_a_png(tmp_path, experiment_script):
+    mod = experiment_script("sst2_methods")
     best = {"nonprivate": _row("nonprivate", 1e-3, 0.8, "inf"), "dpsgd": _row("dpsgd", 1e-3, 0.7, 7.99),
             "raptor": _row("raptor", 3e-3, 0.72, 7.99)}
     out = mod.plot(best, tmp_path / "fig.png", title="test")
@@ -29,8 +17,8 @@ def test_plot_writes_a_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
-def test_main_reuses_finished_runs_and_keeps_the_best_lr(tmp_path, monkeypatch):
-    mod = _module()
+def test_main_reuses_finished_runs_and_keeps_the_best_lr(tmp_path, monkeypatch, experiment_script):
+    mod = experiment_script("sst2_methods")
     accs = {("raptor", 0.001, 0): 0.6, ("raptor", 0.003, 0): 0.7, ("raptor", 0.003, 1): 0.8, ("raptor", 0.003, 2): 0.9}
     calls = []
 

@@ -130,8 +130,15 @@ def _eps_sort(eps) -> float:
     return math.inf if eps is None else float(eps)
 
 
+def _cell(row: Mapping, digits: int) -> str:
+    """``mean ± std (n)``; one seed has no spread, so it reads ``mean (1)`` rather than a false ``± 0``."""
+    if row["n"] < 2:
+        return f"{row['mean']:.{digits}f} ({row['n']})"
+    return f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f} ({row['n']})"
+
+
 def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, digits: int = 3) -> str:
-    """Methods as rows, target epsilons as columns, ``mean +- std (n)`` in each cell."""
+    """Methods as rows, target epsilons as columns, ``mean +- std (n)`` in each cell (``mean (1)`` for one seed)."""
     rows = {k: v for k, v in summary.items() if k[0] == model and k[1] == task}
     if not rows:
         return ""
@@ -145,7 +152,7 @@ def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, d
         cells = []
         for e in epsilons:
             r = rows.get((model, task, m, e))
-            cells.append("" if r is None else f"{r['mean']:.{digits}f} ± {r['std']:.{digits}f} ({r['n']})")
+            cells.append("" if r is None else _cell(r, digits))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
