@@ -123,9 +123,13 @@ PAPER_SPACES = {
     "raptor-split": tuple({**PAPER_PROTOCOL, "freeze_head": False, "shared_split": "head", "lr": lr,
                            "clip": "pub-median", "shared_ratio": 0.3, "clip_rule": "median-ratio"}
                           for lr in PAPER_LRS),
+    # diagnostic only (stream_ablation.py, not the seven-method table): the head trained inside
+    # RAPTOR's one shared clip, as dp-lora trains it, with most of the budget on the shared stream
+    "raptor-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median",
+                          "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in PAPER_LRS),
 }
 #: grid methods that are a library method with fixed settings (their own row in every table)
-VARIANTS = {"raptor-split": "raptor"}
+VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor"}
 
 
 def library_method(method: str) -> str:
@@ -134,7 +138,7 @@ def library_method(method: str) -> str:
 
 
 def paper_space(method: str) -> tuple[dict, ...]:
-    if method in ("nonprivate", "raptor", "raptor-split"):
+    if method in ("nonprivate", "raptor", "raptor-split", "raptor-head"):
         return PAPER_SPACES[method]
     return PAPER_SPACES["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
 

@@ -31,13 +31,16 @@ def test_matched_budget_and_protocol(rg):
 
 def test_cells_build_the_protocol_config(rg):
     fx = rg.Fixed(model_dir="m", data_dir="d", max_train=None, batch_size=1024, epochs=3.0)
-    for method, lib, split, frozen in (("raptor-split", "raptor", "head", False), ("raptor", "raptor", "none", True),
-                                       ("dpsgd-full", "dpsgd-full", "none", True)):
+    for method, lib, split, frozen, ratio in (("raptor-split", "raptor", "head", False, 0.3),
+                                              ("raptor", "raptor", "none", True, 0.3),
+                                              ("raptor-head", "raptor", "none", False, 0.9),
+                                              ("dpsgd-full", "dpsgd-full", "none", True, None)):
         cell = Cell(model="m@x", task="sst2", method=method, epsilon=8.0, seed=0,
                     hparams={**fx.hparams(), **rg.search_space(method)[0]})
         cfg = rg.build_config(cell, fx, 0.1, 0.01)
         assert (cfg.method, cfg.privacy.shared_split, cfg.freeze_head, cfg.lora, cfg.layers) == \
             (lib, split, frozen, True, "last")
+        assert ratio is None or cfg.privacy.shared_ratio == ratio
         assert cfg.batch_size == 1024 and cfg.privacy.epsilon == 8.0 and cfg.seed == 0
 
 
