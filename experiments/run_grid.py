@@ -461,6 +461,7 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
            "final_metrics": res["final_metrics"], "eval_split": split, "fit_seconds": time.perf_counter() - start,
            "seconds_per_step": res["seconds_per_step"], "calibrated_clips": clips,
            "nonfinite_records_diagnostic_not_dp": res["nonfinite_records_diagnostic_not_dp"],
+           "single_class_prediction": res.get("single_class_prediction"),  # the evaluated split, one class
            "private_records": len(d.private), "public_records": len(d.public), "selection_records": len(d.selection),
            "dev_records": len(d.dev), "data_rule": d.rule, "device": torch.device(fx.device).type}
     out["selection_metric" if split == "selection" else "metric"] = metric

@@ -187,6 +187,13 @@ def draw_metric_vs_epsilon(ax, summary: Mapping[Group, Mapping], *, model: str, 
         ax.errorbar(xs, ys, yerr=errs, marker="o", markersize=4, capsize=3, label=m, color=colour,
                     linewidth=2.5 if m == "raptor" else 1.2)
     ax.set_xscale("log")
+    epsilons = sorted({float(k[3]) for k in rows if k[3] is not None})
+    if epsilons:  # the grid's epsilons as the ticks, written plainly (not 2 x 10^0)
+        from matplotlib.ticker import NullFormatter, NullLocator
+
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
     ax.set_xlabel("target ε (δ fixed)")
     ax.set_ylabel(metric)
     ax.set_title(f"{model} / {task}")
