@@ -127,9 +127,11 @@ PAPER_SPACES = {
     # RAPTOR's one shared clip, as dp-lora trains it, with most of the budget on the shared stream
     "raptor-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median",
                           "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in PAPER_LRS),
+    # its one-clip control: the same trainable set (head included) under one clip and one sigma
+    "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in PAPER_LRS),
 }
 #: grid methods that are a library method with fixed settings (their own row in every table)
-VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor"}
+VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor", "dpsgd-head": "dpsgd"}
 
 
 def library_method(method: str) -> str:
@@ -138,7 +140,7 @@ def library_method(method: str) -> str:
 
 
 def paper_space(method: str) -> tuple[dict, ...]:
-    if method in ("nonprivate", "raptor", "raptor-split", "raptor-head"):
+    if method in ("nonprivate", "raptor", "raptor-split", "raptor-head", "dpsgd-head"):
         return PAPER_SPACES[method]
     return PAPER_SPACES["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
 

@@ -46,12 +46,12 @@ def main(argv=None) -> int:
     p.add_argument("--epsilon", type=float, default=8.0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--methods", nargs="+", default=["shared-only", "expert-only"],
-                   choices=("shared-only", "expert-only", "raptor", "raptor-head", "dpsgd", "dpsgd-full", "last-layer",
-                            "dp-lora"),
+                   choices=("shared-only", "expert-only", "raptor", "raptor-head", "dpsgd-head", "dpsgd", "dpsgd-full",
+                            "last-layer", "dp-lora"),
                    help="shared-only and expert-only: the stream ablation; the grid's methods: a probe of one "
                         "learning rate outside their search space (--lr, --results); raptor-head: RAPTOR with the "
                         "head trained in its one shared clip at shared ratio 0.9 (dp-lora's head, plus the "
-                        "expert stream)")
+                        "expert stream); dpsgd-head: its control, the same parameters under one clip")
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
     p.add_argument("--model-dir", default=str(ROOT / "src" / "raptor" / "data" / "pretrained" / "switch-public-tiny"))
     p.add_argument("--max-train", type=int, default=0, help="private records (0: all; a smaller value is a smoke run)")

@@ -34,6 +34,7 @@ def test_cells_build_the_protocol_config(rg):
     for method, lib, split, frozen, ratio in (("raptor-split", "raptor", "head", False, 0.3),
                                               ("raptor", "raptor", "none", True, 0.3),
                                               ("raptor-head", "raptor", "none", False, 0.9),
+                                              ("dpsgd-head", "dpsgd", "none", False, None),
                                               ("dpsgd-full", "dpsgd-full", "none", True, None)):
         cell = Cell(model="m@x", task="sst2", method=method, epsilon=8.0, seed=0,
                     hparams={**fx.hparams(), **rg.search_space(method)[0]})
