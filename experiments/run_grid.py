@@ -45,7 +45,6 @@ import torch
 
 from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
-from raptor.experiments.claims import claimed, holder
 from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
 from raptor.training.config import METHODS
 
@@ -140,7 +139,7 @@ def library_method(method: str) -> str:
 
 
 def paper_space(method: str) -> tuple[dict, ...]:
-    if method in ("nonprivate", "raptor", "raptor-split", "raptor-head", "dpsgd-head"):
+    if method in PAPER_SPACES:  # a space of its own (the others share "roles" or "own-head")
         return PAPER_SPACES[method]
     return PAPER_SPACES["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
 
@@ -574,14 +573,9 @@ def run(args, fx: Fixed) -> None:
                 bar.close()
                 print(f"stopped at --stop-at {args.stop_at}: the rest of the grid is left for a rerun", flush=True)
                 return False
-            with claimed(claims, c.key) as ours:
-                if ours and c.key not in {r["key"] for r in all_records(args.grid)}:
-                    bar.set_postfix_str(c.label()[:70])
-                    run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev)
-                elif not ours:
-                    who = holder(claims, c.key) or {}
-                    bar.write(f"skipped {c.label()}: process {who.get('pid', '?')} on {who.get('host', '?')} "
-                              "is running it; a rerun takes it up if that process stops first")
+            bar.set_postfix_str(c.label()[:70])
+            run_grid([c], path, runner, progress=False, on_error=args.on_error, revision=rev, claims=claims,
+                     finished=lambda: {r["key"] for r in all_records(args.grid)})
             bar.update(1)
         return True
 

@@ -68,8 +68,7 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "paper"
-    from raptor.experiments.claims import claimed
-    from raptor.experiments.grid import Cell, done_keys, git_revision, read_records, run_grid
+    from raptor.experiments.grid import Cell, git_revision, run_grid
 
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=500,
                   selection_size=500, max_train=args.max_train or None, max_length=40, batch_size=args.batch_size,
@@ -88,15 +87,8 @@ def main(argv=None) -> int:
 
     # two copies of this script on one results file each take the cells the other is not running
     claims = Path(args.results).parent / ".claims" / Path(args.results).stem
-    rev = git_revision(HERE)
-    for c in cells:
-        with claimed(claims, c.key) as ours:
-            if not ours:
-                print(f"skipped {c.label()}: another process is running it", flush=True)
-            elif c.key not in done_keys(args.results):  # re-read: the last holder may have just finished it
-                run_grid([c], args.results, runner, on_error="raise", revision=rev, progress=False)
-    mine = {c.key for c in cells}
-    records = [r for r in read_records(args.results) if r["key"] in mine]
+    records = run_grid(cells, args.results, runner, on_error="raise", revision=git_revision(HERE),
+                       desc="streams", claims=claims)
     for r in records:
         c, res = r["cell"], r["result"]
         print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],

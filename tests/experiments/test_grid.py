@@ -46,6 +46,27 @@ def test_rerun_skips_finished_cells(tmp_path):
     assert len(calls) == len(cells)  # nothing left to do
 
 
+def test_claims_skip_a_held_cell_and_reread_what_is_finished_once_the_claim_is_ours(tmp_path, capsys):
+    from raptor.experiments.claims import claimed
+
+    path, claims = tmp_path / "grid.jsonl", tmp_path / "claims"
+    cells = _cells()[:3]
+    calls = []
+    reads = []
+
+    def finished():  # cell 0 is finished elsewhere after this process's first read
+        reads.append(1)
+        return set() if len(reads) == 1 else {cells[0].key}
+
+    with claimed(claims, cells[1].key) as held:  # held as if by another process
+        assert held
+        records = run_grid(cells, path, lambda c: calls.append(c) or {"metric": 1.0}, progress=False,
+                           revision="r", claims=claims, finished=finished)
+    assert calls == [cells[2]] and [r["key"] for r in records] == [cells[2].key]
+    assert "skipped " in capsys.readouterr().out
+    assert not list(claims.iterdir())  # every claim released
+
+
 def test_crash_keeps_finished_cells_and_rerun_retries(tmp_path):
     path = tmp_path / "grid.jsonl"
     cells = _cells()

@@ -8,7 +8,10 @@ fsync'ed), so that:
 * a rerun skips what is done, and one grid can span several sessions;
 * a crash or a kill never loses a finished cell: at worst the line being written is cut, and the
   next run drops that partial line before appending;
-* the progress bar covers the whole grid (done cells included) and gives an ETA.
+* the progress bar covers the whole grid (done cells included) and gives an ETA;
+* with ``claims=``, processes that share a grid never run one cell twice: each claims the cell it
+  runs (:mod:`raptor.experiments.claims`), skips a cell another one holds, and re-reads what is
+  finished once the claim is its own (the last holder may have just finished it).
 
 Each line holds the cell, its result (metric, epsilon, delta, ...), its wall time, the git
 revision of the code that ran it and a timestamp.
@@ -16,6 +19,7 @@ revision of the code that ran it and a timestamp.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -149,6 +153,21 @@ def _json_default(value):
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
+def _run_one(cell: Cell, path: Path, run_cell, on_error: str, rev: str, bar) -> None:
+    """Run one cell and append its record (``status: "error"`` under ``on_error="record"``)."""
+    bar.set_postfix_str(cell.label()[:80])
+    start = time.perf_counter()
+    record = {"key": cell.key, "cell": cell.to_dict(), "git_revision": rev}
+    try:
+        record.update(status="ok", result=dict(run_cell(cell)))
+    except Exception as exc:  # noqa: BLE001 - recorded (or re-raised) with the cell that failed
+        if on_error == "raise":
+            raise
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}")
+    record.update(wall_seconds=time.perf_counter() - start, finished_at=time.time())
+    append_record(path, record)
+
+
 def done_keys(path: str | Path) -> set[str]:
     """Keys of the cells already finished in ``path`` (failed cells are not done: a rerun retries them)."""
     return {r["key"] for r in read_records(path) if r.get("status", "ok") == "ok"}
@@ -163,43 +182,42 @@ def run_grid(
     on_error: str = "raise",
     revision: str | None = None,
     desc: str = "grid",
+    claims: str | Path | None = None,
+    finished: Callable[[], set[str]] | None = None,
 ) -> list[dict]:
     """Run every cell of ``cells`` not yet finished in ``path``; return all records of ``cells``.
 
     ``run_cell(cell)`` trains and evaluates one cell through the library and returns a JSON-able
     mapping (metric, epsilon, delta, ...). ``on_error="raise"`` stops the grid at a failing cell
     (finished cells stay on disk); ``"record"`` writes a ``status: "error"`` line and goes on (a
-    rerun retries it).
+    rerun retries it). ``claims``: a directory in which each cell is claimed while it runs, so that
+    processes sharing the grid skip the cells another one is running (a rerun takes up what they
+    left). ``finished``: the keys finished anywhere (default :func:`done_keys` of ``path``), for a
+    grid whose processes write several files.
     """
     if on_error not in ("raise", "record"):
         raise ConfigError(f"on_error must be 'raise' or 'record', got {on_error!r}")
     path = Path(path)
+    finished = finished or (lambda: done_keys(path))
     unique = list(dict.fromkeys(cells))
-    done = done_keys(path)
+    done = finished()
     todo = [c for c in unique if c.key not in done]
     rev = revision if revision is not None else git_revision(Path(__file__).parent)
     from tqdm.auto import tqdm
+
+    from raptor.experiments.claims import claimed, holder
 
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), disable=not progress, desc=desc,
                unit="cell", dynamic_ncols=True)
     try:
         for cell in todo:
-            bar.set_postfix_str(cell.label()[:80])
-            start = time.perf_counter()
-            record = {"key": cell.key, "cell": cell.to_dict(), "git_revision": rev}
-            try:
-                result = dict(run_cell(cell))
-            except Exception as exc:  # noqa: BLE001 - recorded (or re-raised) with the cell that failed
-                if on_error == "raise":
-                    raise
-                record.update(status="error", error=f"{type(exc).__name__}: {exc}",
-                              wall_seconds=time.perf_counter() - start, finished_at=time.time())
-                append_record(path, record)
-                bar.update(1)
-                continue
-            record.update(status="ok", result=result, wall_seconds=time.perf_counter() - start,
-                          finished_at=time.time())
-            append_record(path, record)
+            with contextlib.nullcontext(True) if claims is None else claimed(claims, cell.key) as ours:
+                if not ours:
+                    who = holder(claims, cell.key) or {}
+                    tqdm.write(f"skipped {cell.label()}: process {who.get('pid', '?')} on {who.get('host', '?')} "
+                               "is running it; a rerun takes it up if that process stops first")
+                elif claims is None or cell.key not in finished():  # the last holder may have finished it
+                    _run_one(cell, path, run_cell, on_error, rev, bar)
             bar.update(1)
     finally:
         bar.close()
