@@ -36,3 +36,61 @@ def test_pretraining_asks_the_adapter_for_its_objective_and_top_k():
     for family in FAMILIES:
         want = 1 if get_adapter(family).top1 else 2
         assert PretrainConfig(output_dir="x", text=("a.txt",), family=family, top_k=2).effective_top_k == want
+
+
+def _choices(module_name: str, dest: str, *subcommand: str) -> tuple:
+    """The ``choices`` of ``dest`` in the parser of ``raptor.cli.<module_name>`` (or of its sub-parser)."""
+    import importlib
+
+    parser = argparse.ArgumentParser()
+    importlib.import_module(f"raptor.cli.{module_name}").add_arguments(parser)
+    for name in subcommand:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return tuple(next(a.choices for a in parser._actions if a.dest == dest))
+
+
+def _cli_choice_lists() -> list[tuple[tuple, tuple]]:
+    """(registry, the CLI's choices) for every choice list the CLI offers from a library registry."""
+    from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
+    from raptor.audit.mechanism import GENERATORS, STREAMS, VARIANTS
+    from raptor.evaluation.metrics import METRICS
+    from raptor.per_sample.check import CHECK_DTYPES
+    from raptor.training.config import DTYPES, OPTIMIZERS
+
+    return [
+        (ACCOUNTANTS, _choices("plan", "accountant")),
+        (ACCOUNTANTS, _choices("account", "accountant")),
+        (ACCOUNTANTS, _choices("train", "accountant")),
+        (ADJACENCIES, _choices("plan", "adjacency")),
+        (ADJACENCIES, _choices("account", "adjacency")),
+        (ADJACENCIES, _choices("train", "adjacency")),
+        (METRICS, _choices("train", "metric")),
+        (OPTIMIZERS, _choices("train", "optimizer")),
+        (OPTIMIZERS, _choices("demo", "optimizer")),
+        (DTYPES, _choices("train", "dtype")),
+        (CHECK_DTYPES, _choices("check", "dtype")),
+        (FAMILIES, _choices("check", "family")),
+        (FAMILIES, _choices("bench", "families")),
+        (METHODS, _choices("demo", "methods")),
+        (VARIANTS, _choices("audit", "variant", "mechanism")),
+        (STREAMS, _choices("audit", "streams", "mechanism")),
+        (GENERATORS, _choices("audit", "generator", "mechanism")),
+    ]
+
+
+def test_the_cli_offers_every_entry_of_each_registry_it_chooses_from():
+    # a registry that gains an entry the CLI does not offer fails here (issue 34 item 3)
+    for registry, offered in _cli_choice_lists():
+        assert offered == tuple(registry), f"the CLI offers {offered}, the registry holds {tuple(registry)}"
+
+
+def test_torch_free_copies_equal_their_sources():
+    # the copies in torch-free modules (for fast --help) of registries that live in torch-importing modules
+    from raptor.per_sample.check import CHECK_DTYPES
+    from raptor.pretrain.names import DEFAULT_GLUE_TASKS
+    from raptor.pretrain.run import DEFAULT_GLUE_TASKS as PRETRAIN_GLUE_TASKS
+    from raptor.training import names
+
+    assert names.CHECK_DTYPES == CHECK_DTYPES
+    assert DEFAULT_GLUE_TASKS == PRETRAIN_GLUE_TASKS

@@ -57,14 +57,8 @@ import numpy as np
 import torch
 
 from raptor.audit.bounds import MIN_ERRORS, ThresholdBound, threshold_audit
+from raptor.audit.names import GENERATORS, STREAMS, VARIANTS
 from raptor.errors import ConfigError
-
-VARIANTS = ("correct", "noise-4x-too-small", "realized-count-denominator", "non-owner-update", "per-stream-sum")
-STREAMS = ("joint", "shared", "expert")
-#: The audit's noise stream: a seeded torch generator, or the AES-256-CTR stream of secure runs
-#: (:class:`raptor.mechanisms.AesCtrGenerator`, keyed from the OS: its draws are not reproducible,
-#: so an ``aes-ctr`` audit's bound varies a little from run to run).
-GENERATORS = ("torch", "aes-ctr")
 
 
 @dataclass(frozen=True)

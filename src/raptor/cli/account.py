@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.accounting import VALUE_DISCRETIZATION_INTERVAL, EventRun, canonical_counts, epsilon_of
+from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="noise multiplier sigma of each release (noise std / clip norm), > 0")
     parser.add_argument("--steps", type=int, required=True, metavar="T", help="number of releases, >= 1")
     parser.add_argument("--delta", type=float, required=True, metavar="D", help="target delta, in (0, 1)")
-    parser.add_argument("--accountant", choices=("pld", "rdp"), default="pld",
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default="pld",
                         help="pld (primary, default) or rdp (cross-check)")
-    parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove",
+    parser.add_argument("--adjacency", choices=ADJACENCIES, default="add-remove",
                         help="neighbouring datasets: add/remove one record (default) or replace one")
     parser.add_argument("--json", action="store_true", help="print one JSON object (key 'epsilon')")
 
@@ -32,6 +32,7 @@ MIN_PLD_NOISE: float = 0.1
 
 
 def run(args: argparse.Namespace) -> int:
+    from raptor.accounting import VALUE_DISCRETIZATION_INTERVAL, EventRun, canonical_counts, epsilon_of
     from raptor.accounting.events import check_steps
     from raptor.errors import ConfigError
 

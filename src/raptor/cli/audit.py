@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from raptor.audit.mechanism import STREAMS, VARIANTS
+    from raptor.audit.names import GENERATORS, STREAMS, VARIANTS
 
     sub = parser.add_subparsers(dest="audit", metavar="AUDIT", required=True)
     mech = sub.add_parser("mechanism", help="white-box audit of one update (many releases)")
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mech.add_argument("--confidence", type=float, default=0.95)
     mech.add_argument("--seed", type=int, default=0, help="the audit's seed (audits are reproducible)")
     mech.add_argument("--output-dir", default="runs/audit-mechanism")
-    mech.add_argument("--generator", choices=("torch", "aes-ctr"), default="torch",
+    mech.add_argument("--generator", choices=GENERATORS, default="torch",
                       help="noise stream: seeded torch (default) or the AES-256-CTR stream of secure runs")
     mech.add_argument("--power", action="store_true",
                       help="the power curve instead: each stream's noise / f for f in 1, 1.25, 1.5, 2, seeds "

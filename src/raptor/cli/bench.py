@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 
 from raptor.errors import ConfigError
-from raptor.training.loaders import FAMILY_NAMES as FAMILIES
+from raptor.training.loaders import FAMILY_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full", action="store_true",
                         help="medium config + E/T sweeps + profiles (default: quick tiny models)")
-    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), metavar="FAMILY",
-                        help=f"families to run (default: all: {', '.join(FAMILIES)})")
+    parser.add_argument("--families", nargs="+", choices=FAMILY_NAMES, default=list(FAMILY_NAMES), metavar="FAMILY",
+                        help=f"families to run (default: all: {', '.join(FAMILY_NAMES)})")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in every run (default 1)")
     parser.add_argument("--reps", type=int, default=None, help="timed rounds per configuration (default 2; full 4)")
     parser.add_argument("--no-opacus", action="store_true", help="skip the Opacus dense reference")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.training.loaders import FAMILY_NAMES as FAMILIES
+from raptor.training.loaders import FAMILY_NAMES
+from raptor.training.names import CHECK_DTYPES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("family", choices=FAMILIES, help="model family to check")
+    parser.add_argument("family", choices=FAMILY_NAMES, help="model family to check")
     parser.add_argument("--device", default="cpu", help="torch device of the model and batch (e.g. cuda)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--grouping", choices=("roles", "dense", "both"), default="both")
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic model and batch")
     parser.add_argument("--tolerance", type=float, default=None,
                         help="max relative error (default 1e-4; 3e-2 with --dtype bfloat16)")
-    parser.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64",
+    parser.add_argument("--dtype", choices=CHECK_DTYPES, default="float64",
                         help="precision of the tiny model (default float64: exact comparison; bfloat16: the "
                              "bf16 engine against a float64 copy of the same weights)")
 

@@ -52,7 +52,7 @@ DEFAULTS = dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="sgd", lr=2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from raptor.training.config import METHODS
+    from raptor.training.config import METHODS, OPTIMIZERS
 
     d = DEFAULTS
     parser.add_argument("--model", default=DEFAULT_MODEL,
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=float, default=d["epochs"], help=f"passes over the private records (default {d['epochs']:g})")
     parser.add_argument("--batch-size", type=int, default=d["batch_size"],
                         help=f"expected Poisson batch size (default {d['batch_size']})")
-    parser.add_argument("--optimizer", choices=("adamw", "sgd"), default=d["optimizer"],
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=d["optimizer"],
                         help=f"optimizer of every stream (default {d['optimizer']})")
     parser.add_argument("--lr", type=float, default=d["lr"], help=f"learning rate (default {d['lr']:g})")
     parser.add_argument("--lr-expert", type=float, default=d["lr_expert"],

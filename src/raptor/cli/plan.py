@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.accounting import plan_budget
+from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
 
 
 def _alternate(text: str) -> tuple[int, int]:
@@ -42,14 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 0.9, as raptor train)")
     parser.add_argument("--alternate", type=_alternate, default=None, metavar="S:X",
                         help="alternate S shared-only and X expert-only steps (default: joint steps)")
-    parser.add_argument("--adjacency", choices=("add-remove", "replace-one"), default="add-remove",
+    parser.add_argument("--adjacency", choices=ADJACENCIES, default="add-remove",
                         help="neighbouring datasets (default add-remove)")
-    parser.add_argument("--accountant", choices=("pld", "rdp"), default="pld",
+    parser.add_argument("--accountant", choices=ACCOUNTANTS, default="pld",
                         help="primary accountant for the calibration (default pld)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    from raptor.accounting import plan_budget
+
     plan = plan_budget(dataset_size=args.dataset_size, batch_size=args.batch_size, epochs=args.epochs,
                        steps=args.steps, epsilon=args.epsilon, delta=args.delta, num_layers=args.layers,
                        shared_ratio=args.shared_ratio, alternate=args.alternate, adjacency=args.adjacency,

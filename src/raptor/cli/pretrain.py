@@ -17,9 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from raptor.errors import ConfigError
-from raptor.pretrain.run import DEFAULT_GLUE_TASKS, PretrainConfig
+from raptor.pretrain.names import DEFAULT_GLUE_TASKS
+
+if TYPE_CHECKING:  # imported where used: ``raptor pretrain --help`` imports no torch
+    from raptor.pretrain.run import PretrainConfig
 
 #: flag -> (type, default, help) for the PretrainConfig fields exposed as plain flags
 _FLAGS = {
@@ -76,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PretrainConfig:
+    from raptor.pretrain.run import PretrainConfig
+
     return PretrainConfig(
         output_dir=args.output_dir, text=tuple(args.text), family=args.family, include=tuple(args.include),
         exclude=tuple(args.exclude), tokenizer=args.tokenizer, glue_dir=args.glue_dir,

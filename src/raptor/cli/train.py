@@ -62,6 +62,7 @@ from raptor.training.config import (
     with_batch_size,
 )
 from raptor.training.loaders import DEFAULT_MODEL, ModelSource
+from raptor.training.names import METRICS
 
 _TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
 
@@ -223,8 +224,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="one word per label id, for --head-init label-words (default: the task's)")
     run_g.add_argument("--no-progress", action="store_true",
                        help="no progress bars, transformers' loading/writing bars included (default: shown)")
-    run_g.add_argument("--metric", nargs="+", default=None, choices=("accuracy", "f1", "matthews_correlation",
-                                                                      "pearson", "spearman"),
+    run_g.add_argument("--metric", nargs="+", default=None, choices=METRICS,
                        help="dev metrics, the first is the main one (default: the task's; accuracy for a "
                             "classification --train-file, pearson and spearman for regression)")
     method_g.add_argument("--objective", choices=("classify", "generate"), default="classify",

@@ -8,6 +8,15 @@ fine-tuning), and the pre-trained models shipped with raptor.
 - :mod:`raptor.shipped`: short names of the shipped pre-trained models.
 """
 
-from raptor.pretrain.run import PretrainConfig, PretrainResult, pretrain
+from raptor._lazy import lazy_exports
+
+#: exported name -> the module that defines it (imported on first use, so that
+#: ``raptor pretrain --help`` imports no torch: see :mod:`raptor._lazy`)
+_EXPORTS: dict[str, str] = {
+    "PretrainConfig": "raptor.pretrain.run",
+    "PretrainResult": "raptor.pretrain.run",
+    "pretrain": "raptor.pretrain.run",
+}
 
 __all__ = ["PretrainConfig", "PretrainResult", "pretrain"]
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
