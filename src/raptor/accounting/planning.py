@@ -72,6 +72,7 @@ from raptor.accounting.rules import (
     Phase,
     alternating_phase,
     check_alternate,
+    check_shared_ratio,
     joint_noise_multiplier,
     phase_counts,
     split_noise_multiplier,
@@ -305,14 +306,48 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
                 shared_ratio: float = 0.5, alternate: tuple[int, int] | None = None,
                 streams: tuple[str, ...] = ("shared", "expert"), adjacency: str = "add-remove",
                 accountant: str = "pld") -> BudgetPlan:
-    """Calibrate sigma_s and sigma_e for a whole run; see the module docstring for the rules."""
+    """Calibrate sigma_s and sigma_e for a whole run; see the module docstring for the rules.
+
+    One pass: the inputs are checked, the one noise scale m is calibrated, and each m the search
+    tries is split into the streams' sigmas once (:func:`_releases_at`); the plan keeps the split
+    and the epsilon of the m it ends at.
+    """
+    q, total_steps = _check_length(dataset_size, batch_size, epochs, steps, epsilon, accountant, adjacency)
+    target = float(epsilon)
+    delta_value, delta_is_default = _check_delta(delta, dataset_size)
+    streams, alternate, ratio = _check_streams(streams, num_layers, alternate, shared_ratio)
+    releases_at = _releases_at(q, total_steps, streams, ratio, num_layers, alternate)
+
+    def epsilon_at(m: float, vdi: float, kind: str = accountant, relation: str = adjacency) -> float:
+        return epsilon_of(canonical_counts(releases_at(m)[2]), delta_value, accountant=kind,
+                          adjacency=relation, value_discretization_interval=vdi)
+
+    what = (f"q={q:.4g} (B={batch_size}, N={dataset_size}), T={total_steps} steps, delta={delta_value:.3g}, "
+            f"{adjacency}, accountant={accountant}")
+    m, reached = _calibrate(epsilon_at, target, accountant, what)
+    sigma_s, sigma_e, _ = releases_at(m)
+    if reached > target:  # unreachable by construction; never return a plan over budget
+        raise InfeasibleTargetError(f"calibration ended at epsilon={reached} > target {target}; please report.")
+    return BudgetPlan(
+        dataset_size=dataset_size, batch_size=batch_size, sample_rate=q, steps=total_steps,
+        epochs=None if epochs is None else float(epochs), num_layers=num_layers, streams=streams,
+        shared_ratio=ratio, alternate=alternate, sigma_shared=sigma_s, sigma_expert=sigma_e,
+        sigma_eff=joint_noise_multiplier(sigma_s, sigma_e, num_layers), epsilon=reached, delta=delta_value,
+        delta_is_default=delta_is_default, target_epsilon=target, adjacency=adjacency, accountant=accountant,
+        value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL if accountant == "pld" else None,
+    )
+
+
+def _check_length(dataset_size: int, batch_size: int, epochs: float | None, steps: int | None, epsilon: float,
+                  accountant: str, adjacency: str) -> tuple[float, int]:
+    """(q, T) of a plan, after checking N, B, epsilon, the accountant, the adjacency and the run's length."""
     check_count(dataset_size, "dataset_size")
     check_count(batch_size, "batch_size")
     if batch_size > dataset_size:
         raise ConfigError(f"batch_size={batch_size} exceeds dataset_size={dataset_size}: the sample rate "
                           "q = B/N must be at most 1. Lower the batch size.")
     q = check_sample_rate(batch_size / dataset_size)
-    target = check_epsilon(epsilon)
+    check_epsilon(epsilon)
     check_accountant(accountant)
     check_adjacency(adjacency)
     if (epochs is None) == (steps is None):
@@ -327,64 +362,83 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
         total_steps = check_count(steps, "steps")
     check_steps(total_steps, f"--epochs {epochs:g} of N={dataset_size} records at B={batch_size}"
                 if epochs is not None else f"--steps {steps}")
+    return q, total_steps
+
+
+def _check_delta(delta: float | None, dataset_size: int) -> tuple[float, bool]:
+    """(delta, whether it is the default): a given delta must be below 1/N."""
     if delta is None:
-        delta_value, delta_is_default = default_delta(dataset_size), True
-    else:
-        delta_value, delta_is_default = check_delta(delta), False
-        if delta_value >= 1.0 / dataset_size:
-            raise ConfigError(f"delta={delta_value:g} is not below 1/N = {1.0 / dataset_size:.3g} for N="
-                              f"{dataset_size} records: such a delta allows publishing a record outright. Use "
-                              f"a smaller delta, or leave it unset for the default {default_delta(dataset_size):g}.")
+        return default_delta(dataset_size), True
+    delta_value = check_delta(delta)
+    if delta_value >= 1.0 / dataset_size:
+        raise ConfigError(f"delta={delta_value:g} is not below 1/N = {1.0 / dataset_size:.3g} for N="
+                          f"{dataset_size} records: such a delta allows publishing a record outright. Use "
+                          f"a smaller delta, or leave it unset for the default {default_delta(dataset_size):g}.")
+    return delta_value, False
+
+
+def _check_streams(streams: tuple[str, ...], num_layers: int, alternate: tuple[int, int] | None,
+                   shared_ratio: float) -> tuple[tuple[str, ...], tuple[int, int] | None, float | None]:
+    """(streams in STREAMS order, the checked schedule, r or None when one stream only is released)."""
     streams = tuple(streams)
     if not streams or len(set(streams)) != len(streams) or any(s not in STREAMS for s in streams):
         raise ConfigError(f"streams={streams!r} must be a non-empty subset of {STREAMS}, without repeats.")
     streams = tuple(s for s in STREAMS if s in streams)
-    if "expert" in streams:
-        check_count(num_layers, "num_layers")
-    else:
-        check_count(num_layers, "num_layers", minimum=0)
+    check_count(num_layers, "num_layers", minimum=1 if "expert" in streams else 0)
     alternate = check_alternate(alternate)
     if alternate is not None and len(streams) != 2:
         raise ConfigError(f"alternate={alternate} needs both streams, got streams={streams}.")
-    if len(streams) == 2:
-        split_noise_multiplier(1.0, shared_ratio, num_layers)  # validates shared_ratio
-        ratio: float | None = float(shared_ratio)
-    else:
-        ratio = None
+    ratio = check_shared_ratio(shared_ratio) if len(streams) == 2 else None
+    return streams, alternate, ratio
 
-    def runs_for(m: float) -> tuple[EventRun, ...]:
-        s_s, s_e = _sigmas(m, streams, ratio or 0.5, num_layers)
-        return _planned_runs(q, total_steps, s_s, s_e, num_layers, alternate)
 
-    def make_f(vdi: float, kind: str = accountant, relation: str = adjacency) -> Callable[[float], float]:
-        def f(m: float) -> float:
-            return epsilon_of(canonical_counts(runs_for(m)), delta_value, accountant=kind,
-                              adjacency=relation, value_discretization_interval=vdi)
-        return f
+def _releases_at(q: float, steps: int, streams: tuple[str, ...], ratio: float | None, num_layers: int,
+                 alternate: tuple[int, int] | None
+                 ) -> Callable[[float], tuple[float | None, float | None, tuple[EventRun, ...]]]:
+    """m -> (sigma_s, sigma_e, the planned releases): the one place a noise scale m is split into the
+    streams' sigmas, once per m (the search's calibration and the plan share each split)."""
+    split: dict[float, tuple[float | None, float | None, tuple[EventRun, ...]]] = {}
 
-    what = (f"q={q:.4g} (B={batch_size}, N={dataset_size}), T={total_steps} steps, delta={delta_value:.3g}, "
-            f"{adjacency}, accountant={accountant}")
+    def at(m: float) -> tuple[float | None, float | None, tuple[EventRun, ...]]:
+        if m not in split:
+            sigma_s, sigma_e = _sigmas(m, streams, ratio or 0.5, num_layers)
+            split[m] = (sigma_s, sigma_e, _planned_runs(q, steps, sigma_s, sigma_e, num_layers, alternate))
+        return split[m]
+
+    return at
+
+
+def _calibrate(epsilon_at: Callable[..., float], target: float, accountant: str, what: str) -> tuple[float, float]:
+    """(m, epsilon at m) by the stages of the module docstring's "Calibration"; the epsilon is the
+    primary accountant's at the reported discretisation, as the ledger computes it.
+
+    ``epsilon_at(m, vdi, kind, relation)`` is epsilon at noise scale m (``kind`` and ``relation``
+    default to the plan's accountant and adjacency); ``what`` describes the run in the errors.
+    """
+
+    def at(vdi: float, kind: str | None = None, relation: str | None = None) -> Callable[[float], float]:
+        extra = {} if kind is None else {"kind": kind, "relation": relation}
+        return lambda m: epsilon_at(m, vdi, **extra)
+
     try:
         if accountant == "pld":
             # warm start only (no bound is taken from it): add/remove RDP is a little looser than the
             # PLD answer for add/remove and close to it for replace-one (whose own RDP route is ~2x loose)
-            rdp_f = make_f(VALUE_DISCRETIZATION_INTERVAL, "rdp", "add-remove")
             with _quiet_rdp_orders():
                 try:
-                    m_rdp, _ = _search(rdp_f, target, 1.0, 2.0, WARM_START_RTOL, None)
+                    m_rdp, _ = _search(at(VALUE_DISCRETIZATION_INTERVAL, "rdp", "add-remove"), target, 1.0, 2.0,
+                                       WARM_START_RTOL, None)
                 except (_TooTight, _TooLoose) as edge:  # let the primary accountant decide feasibility
                     m_rdp = edge.m
             try:
-                m, _ = _search(make_f(COARSE_DISCRETIZATION_INTERVAL), target, m_rdp, 1.1, COARSE_RTOL, None)
+                m, _ = _search(at(COARSE_DISCRETIZATION_INTERVAL), target, m_rdp, 1.1, COARSE_RTOL, None)
             except _TooTight as tight:  # the coarse grid is loose at tiny epsilon: let the fine grid decide
                 m = tight.m
             try:
-                m, _ = _search(make_f(VALUE_DISCRETIZATION_INTERVAL), target, m, 1.02, FINE_RTOL,
-                               MAX_FINE_EVALUATIONS)
+                return _search(at(VALUE_DISCRETIZATION_INTERVAL), target, m, 1.02, FINE_RTOL, MAX_FINE_EVALUATIONS)
             except _TooLoose as loose:  # the fine grid allows even less noise than SIGMA_MIN: keep SIGMA_MIN
-                m = loose.m
-        else:
-            m, _ = _search(make_f(VALUE_DISCRETIZATION_INTERVAL), target, 1.0, 2.0, RDP_RTOL, None)
+                return loose.m, loose.eps
+        return _search(at(VALUE_DISCRETIZATION_INTERVAL), target, 1.0, 2.0, RDP_RTOL, None)
     except _TooTight as err:
         raise InfeasibleTargetError(
             f"epsilon={target:g} is out of reach: even a step noise multiplier sigma_eff={err.m:g} (the "
@@ -397,17 +451,3 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
             f"planner tries) already meets it (epsilon={err.eps:.4g}) with {what}; less noise gives essentially no privacy. "
             "Lower epsilon (typical budgets are 1 to 10), or train without DP."
         ) from None
-
-    sigma_s, sigma_e = _sigmas(m, streams, ratio or 0.5, num_layers)
-    runs = _planned_runs(q, total_steps, sigma_s, sigma_e, num_layers, alternate)
-    reached = epsilon_of(canonical_counts(runs), delta_value, accountant=accountant, adjacency=adjacency)
-    if reached > target:  # unreachable by construction; never return a plan over budget
-        raise InfeasibleTargetError(f"calibration ended at epsilon={reached} > target {target}; please report.")
-    return BudgetPlan(
-        dataset_size=dataset_size, batch_size=batch_size, sample_rate=q, steps=total_steps,
-        epochs=None if epochs is None else float(epochs), num_layers=num_layers, streams=streams,
-        shared_ratio=ratio, alternate=alternate, sigma_shared=sigma_s, sigma_expert=sigma_e,
-        sigma_eff=joint_noise_multiplier(sigma_s, sigma_e, num_layers), epsilon=reached, delta=delta_value,
-        delta_is_default=delta_is_default, target_epsilon=target, adjacency=adjacency, accountant=accountant,
-        value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL if accountant == "pld" else None,
-    )

@@ -75,15 +75,21 @@ def split_noise_multiplier(sigma_eff: float, shared_ratio: float, num_layers: in
     """
     check_noise_multiplier(sigma_eff, "sigma_eff")
     check_count(num_layers, "num_layers")
-    if isinstance(shared_ratio, bool) or not isinstance(shared_ratio, (int, float)) \
-            or not 0.0 < shared_ratio < 1.0:
-        raise ConfigError(f"shared_ratio={shared_ratio!r} must be in (0, 1) when both streams are released; "
-                          "to release one stream only, drop the other from streams.")
+    check_shared_ratio(shared_ratio)
     sigma_s = sigma_eff / math.sqrt(shared_ratio)
     # written so that sigma_e / sqrt(L), the expert-only step's noise, is computed as
     # (sigma_eff / sqrt(1 - r)) * sqrt(L) / sqrt(L): for r = 1/2 and L = 1 it equals sigma_s bit for bit
     sigma_e = sigma_eff / math.sqrt(1.0 - shared_ratio) * math.sqrt(num_layers)
     return sigma_s, sigma_e
+
+
+def check_shared_ratio(shared_ratio) -> float:
+    """Validate the split ratio r of a step releasing both streams: a number in (0, 1)."""
+    if isinstance(shared_ratio, bool) or not isinstance(shared_ratio, (int, float)) \
+            or not 0.0 < shared_ratio < 1.0:
+        raise ConfigError(f"shared_ratio={shared_ratio!r} must be in (0, 1) when both streams are released; "
+                          "to release one stream only, drop the other from streams.")
+    return float(shared_ratio)
 
 
 def check_alternate(alternate) -> tuple[int, int] | None:
