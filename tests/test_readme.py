@@ -92,3 +92,25 @@ def test_the_cli_table_names_every_method_and_the_paper_recipe():
     missing = [m for m in METHOD_SPECS if m not in named]
     assert missing == [], f"add {missing} to the README's `raptor train` row"
     assert all(f"`--recipe {name}`" in row for name in RECIPES)
+
+
+def test_the_command_table_has_a_row_for_every_command():
+    from raptor.cli.main import COMMANDS
+
+    rows = {m.group(1) for m in re.finditer(r"^\| `raptor ([a-z-]+)", README, flags=re.M)}
+    missing = [name for name in COMMANDS if name not in rows]
+    assert missing == [], f"add a row for raptor {missing} to the README's command table"
+
+
+def test_the_layout_tree_names_every_top_level_module_and_every_training_module():
+    tree = _layout_tree()
+    src = ROOT / "src" / "raptor"
+    modules = [p for p in (*src.glob("*.py"), *(src / "training").glob("*.py")) if p.name != "__init__.py"]
+    missing = [str(p.relative_to(src)) for p in modules if p.name not in tree]
+    assert modules and missing == [], f"add {missing} to the README's layout tree"
+
+
+def test_the_install_note_says_how_to_get_the_cpu_build_of_the_pinned_torch():
+    pins = re.findall(r'"(torch==[^"]+)"', (ROOT / "pyproject.toml").read_text())  # no tomllib on Python 3.10
+    assert len(pins) == 1
+    assert f"pip install {pins[0]} --index-url https://download.pytorch.org/whl/cpu" in README
