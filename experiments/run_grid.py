@@ -129,6 +129,22 @@ PAPER_SPACES = {
     # its one-clip control: the same trainable set (head included) under one clip and one sigma
     "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in PAPER_LRS),
 }
+#: ``--space minilm`` (issue 33): the paper protocol on the upcycled all-MiniLM-L6-v2 (``minilm-moe``),
+#: with the learning rates of the issue's prototype (5e-3, 2e-3: both within 0.01 of each other there)
+#: and RAPTOR at the prototype's shared ratio 0.5; two configurations per DP method (matched budget).
+#: The head comes from ``--head-init`` (``public-fit``: fitted on the public slice, then frozen for
+#: the roles-built methods; dp-lora and last-layer train theirs from that start).
+MINILM_LRS = (5e-3, 2e-3)
+MINILM_SPACES = {
+    "nonprivate": tuple({**PAPER_PROTOCOL, "lr": lr} for lr in (1e-3,)),
+    "roles": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
+    "own-head": tuple({"lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
+    "raptor": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median", "shared_ratio": 0.5,
+                     "clip_rule": "median-ratio"} for lr in MINILM_LRS),
+    "raptor-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median",
+                          "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in MINILM_LRS),
+    "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
+}
 #: grid methods that are a library method with fixed settings (their own row in every table)
 VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor", "dpsgd-head": "dpsgd"}
 
@@ -138,16 +154,17 @@ def library_method(method: str) -> str:
     return VARIANTS.get(method, method)
 
 
-def paper_space(method: str) -> tuple[dict, ...]:
-    if method in PAPER_SPACES:  # a space of its own (the others share "roles" or "own-head")
-        return PAPER_SPACES[method]
-    return PAPER_SPACES["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
+def paper_space(method: str, spaces: Mapping[str, tuple[dict, ...]] | None = None) -> tuple[dict, ...]:
+    spaces = PAPER_SPACES if spaces is None else spaces
+    if method in spaces:  # a space of its own (the others share "roles" or "own-head")
+        return spaces[method]
+    return spaces["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
 
 
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
 #: ``expert-lr``, ``shared-ratio-0.9``, ``first-layer``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper")
+SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper", "minilm")
 #: RAPTOR's space under each tuned ``--space``
 RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
                  "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE, "first-layer": FIRST_LAYER_RAPTOR_SPACE}
@@ -156,6 +173,8 @@ RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
 def search_space(method: str) -> tuple[dict, ...]:
     if SPACE == "paper":
         return paper_space(method)[:CONFIGS]
+    if SPACE == "minilm":
+        return paper_space(method, MINILM_SPACES)[:CONFIGS]
     if SPACE == "demo-expert-lr" and method == "raptor":
         return DEMO_EXPERT_LR_RAPTOR
     if SPACE in ("demo", "demo-expert-lr"):
@@ -255,10 +274,16 @@ def tokenizer_of(model_dir: str):
     return load_tokenizer(model_dir)
 
 
-def make_model(model: str, model_dir: str, num_labels: int, seed: int, head: str, task: str):
-    """The cell's model: warm weights or a random init (generator seeded by ``seed``), and its head."""
+def make_model(model: str, model_dir: str, num_labels: int, seed: int, head: str, task: str, public=None):
+    """The cell's model: warm weights or a random init (generator seeded by ``seed``), and its head
+    (``public-fit``: fitted on the declared-public records ``public``, :func:`fit_head_on_public`)."""
     from raptor.moe.models import build_model, load_model
-    from raptor.training.head_init import LABEL_WORDS, classification_head, init_head_from_label_words
+    from raptor.training.head_init import (
+        LABEL_WORDS,
+        classification_head,
+        fit_head_on_public,
+        init_head_from_label_words,
+    )
 
     if model.startswith("random("):
         from transformers import AutoConfig
@@ -280,8 +305,12 @@ def make_model(model: str, model_dir: str, num_labels: int, seed: int, head: str
             lin.weight.copy_(torch.randn(lin.weight.shape, generator=torch.Generator().manual_seed(20_000 + seed)) * 0.02)
             if lin.bias is not None:
                 lin.bias.zero_()
+    elif head == "public-fit":
+        if public is None:
+            raise ConfigError("head init 'public-fit' needs the public records")
+        fit_head_on_public(net, public)
     else:
-        raise ConfigError(f"head init must be 'random' or 'label-words', got {head!r}")
+        raise ConfigError(f"head init must be 'random', 'label-words' or 'public-fit', got {head!r}")
     return net, tokenizer
 
 
@@ -434,7 +463,7 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
     num_labels = 1 if d.task_type == "regression" else len(d.private.label_names)
 
     def build(clip_s: float, clip_e: float):
-        net, _ = make_model(cell.model, fx.model_dir, num_labels, cell.seed, p["head"], cell.task)
+        net, _ = make_model(cell.model, fx.model_dir, num_labels, cell.seed, p["head"], cell.task, recs["public"])
         return build_trainer(build_config(cell, fx, clip_s, clip_e), net, train=recs["private"],
                              validation=recs[split], public=recs["public"], evaluator=evaluator)
 
@@ -808,7 +837,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=40)
     p.add_argument("--batch-size", type=int, default=128, help="expected Poisson batch size B")
     p.add_argument("--epochs", type=float, default=2.0)
-    p.add_argument("--head-init", choices=("random", "label-words"), default="label-words")
+    p.add_argument("--head-init", choices=("random", "label-words", "public-fit"), default="label-words")
     p.add_argument("--micro-batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu", help="torch device of every cell (cpu, cuda)")

@@ -332,6 +332,12 @@ def _deepseek(s: TinySize, **extra) -> dict:
                 **extra)
 
 
+def _bert_moe(s: TinySize) -> dict:
+    return dict(vocab_size=s.vocab_size, hidden_size=s.hidden_size, num_hidden_layers=s.num_layers,
+                num_attention_heads=s.num_heads, intermediate_size=s.expert_intermediate,
+                max_position_embeddings=s.max_positions, num_experts=s.num_experts, pad_token_id=0)
+
+
 _HF = "transformers:"
 _register_all([
     MoEAdapter(
@@ -375,6 +381,13 @@ _register_all([
                lora_targets=("q_proj", "o_proj"),
                shared_attrs=("shared_experts",), frozen_buffers=("e_score_correction_bias",),
                notes="e_score_correction_bias is a frozen buffer (never updated from data)"),
+    MoEAdapter(
+        "bert_moe", "BertMoeSparseBlock", router_attr="router", experts_attr="experts",
+        head_class="raptor.moe.bert_moe:BertMoeForSequenceClassification", tiny_kwargs=_bert_moe,
+        top1=True, dispatch="module_dict", pretrain_objective="mlm",
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "wi", "wo"),
+        notes="BERT encoder upcycled into top-1 MoE FFNs (raptor.moe.upcycle); no aux loss, no capacity",
+    ),
     MoEAdapter("deepseek_vl_v2", "DeepseekV2Moe", router_attr="gate", experts_attr="experts",
                causal_class="raptor.moe.vl2.model:DeepseekVL2ForCausalLM",
                shared_attrs=("shared_experts",), frozen_prefixes=("vision.", "projector.", "image_newline",

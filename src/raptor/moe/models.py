@@ -32,6 +32,7 @@ from transformers import CONFIG_MAPPING, PretrainedConfig
 
 from raptor._quiet_log import ScopedDrop
 from raptor.errors import ConfigError, UnsupportedModelError
+from raptor.moe import bert_moe as _bert_moe  # noqa: F401 - registers the bert_moe family's Auto classes
 from raptor.moe.adapters import TinySize, get_adapter, supported_model_types
 from raptor.moe.heads import OlmoeForSequenceClassification, SwitchForSequenceClassification
 
@@ -88,10 +89,10 @@ def init_weights_(model: nn.Module, generator: torch.Generator, std: float = 0.0
 
 def _init_parameter_(name: str, param: torch.Tensor, generator: torch.Generator, std: float) -> None:
     leaf = name.rsplit(".", 1)[-1]
-    if param.ndim >= 2:
-        param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(std).to(param.dtype))
-    elif leaf == "bias" or name.endswith("_bias"):
+    if leaf == "bias" or name.endswith("_bias"):  # bert_moe's expert biases are 2-D [d_out, 1]
         param.zero_()
+    elif param.ndim >= 2:
+        param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float32).mul_(std).to(param.dtype))
     else:  # 1-D weights: norm scales
         param.fill_(1.0)
 

@@ -13,4 +13,5 @@ FAMILY_NAMES: tuple[str, ...] = (
     "qwen3_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "bert_moe",
 )

@@ -6,7 +6,7 @@ A *use* is one application of a parametrised op to a block of rows:
 kind       forward                               per-record gradient of the parameter
 =========  ====================================  =======================================
 linear     ``y = a W^T``                         ``sum_{t in r} g_t a_t^T``
-bias       ``y = ... + b``                       ``sum_{t in r} g_t``
+bias       ``y = ... + b`` (Linear, or ``x + b``)   ``sum_{t in r} g_t``
 embedding  ``y = W[id]``                         ``sum_{t in r} e_{id_t} g_t^T``
 scale      ``y = w * x`` (norm weights)           ``sum_{t in r} g_t * x_t``
 table      Switch relative-attention bias         scatter of the record's bias-gradient
@@ -23,8 +23,9 @@ the input gradient, so autograd never computes the (discarded) full weight gradi
 is handed to the engine's reducer (``Use.on_ready``) as soon as its output gradient arrives.
 
 Interception: a :class:`torch.overrides.TorchFunctionMode` active during the forward redirects
-``F.linear``, ``F.embedding`` and ``Tensor.__mul__`` calls whose weight is a trainable parameter
-(or a dtype cast of one). Any *other* differentiable op on a trainable parameter raises
+``F.linear``, ``F.embedding``, ``Tensor.__mul__`` and ``Tensor.__add__`` calls whose weight is a trainable
+parameter (or a dtype cast of one); an add records a 1-D bias on the last dimension (the shift of a
+norm written ``normalise(x) * weight + bias``). Any *other* differentiable op on a trainable parameter raises
 :class:`UnsupportedModelError` naming the parameter: nothing is skipped silently. Fused experts
 and Switch's per-expert ``Linear`` modules come in through the expert dispatch of
 ``raptor.per_sample.experts``, which calls :func:`grouped_linear_use`: one use per projection
@@ -165,6 +166,16 @@ class Tape:
             pad = padding_idx if padding_idx >= 0 else weight.shape[0] + padding_idx
         use = self.new_use(name, None, "embedding", tuple(ids.shape), ids.reshape(-1), pad_id=pad)
         return _EmbeddingFn.apply(ids, weight, pad, use)
+
+    def shift(self, x: torch.Tensor, bias: torch.Tensor, name: str) -> torch.Tensor:
+        """``x + bias`` for a 1-D ``bias`` on the last dimension, recorded as a bias use."""
+        if bias.ndim != 1 or x.ndim < 2 or x.shape[-1] != bias.shape[0]:
+            raise UnsupportedModelError(
+                f"parameter {name!r} (shape {tuple(bias.shape)}) is added to a tensor of shape {tuple(x.shape)}; "
+                "the engine supports 1-D biases on the last dimension only"
+            )
+        use = self.new_use(name, None, "bias", tuple(x.shape[:-1]), None)
+        return _ShiftFn.apply(x, bias, use)
 
     def scale(self, x: torch.Tensor, weight: torch.Tensor, name: str) -> torch.Tensor:
         if weight.ndim != 1 or x.ndim < 2 or x.shape[-1] != weight.shape[0]:
@@ -333,7 +344,11 @@ def _kernel_ok(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         if t.dtype not in _KERNEL_DTYPES or t.dtype != tensors[0].dtype or t.data_ptr() % 16:
             return False
-        if any(n > 1 and s != 1 and (s * t.element_size()) % 16 for s, n in zip(t.stride(), t.shape, strict=True)):
+        # every stride but the contiguous (innermost) dimension's must be a multiple of 16 bytes: a
+        # [S, 1] column (bert_moe's expert biases, recorded as uses on ones) has a 4-byte row stride
+        inner = t.dim() - 1 if t.stride()[-1] == 1 else t.dim() - 2
+        if any(n > 1 and d != inner and (s * t.element_size()) % 16
+               for d, (s, n) in enumerate(zip(t.stride(), t.shape, strict=True))):
             return False
         if t.dim() >= 2 and 1 not in t.stride()[-2:]:
             return False
@@ -411,6 +426,18 @@ class _EmbeddingFn(torch.autograd.Function):
         return None, None, None, None
 
 
+class _ShiftFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bias, use):
+        ctx.use = use
+        return x + bias
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.use.set_grad(g.reshape(-1, g.shape[-1]))
+        return g, None, None
+
+
 class _ScaleFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, use):
@@ -456,6 +483,7 @@ class TableFn(torch.autograd.Function):
 
 
 _MUL = {torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.Tensor.mul, torch.mul}
+_ADD = {torch.Tensor.__add__, torch.Tensor.__radd__, torch.Tensor.add, torch.add}
 _CAST = {torch.Tensor.to, torch.Tensor.type, torch.Tensor.float, torch.Tensor.double, torch.Tensor.half,
          torch.Tensor.bfloat16}
 
@@ -507,6 +535,14 @@ class CaptureMode(TorchFunctionMode):
                 if isinstance(x, torch.Tensor):
                     self._check_special(w)
                     return tape.scale(x, w, name)
+        elif func in _ADD and len(args) == 2 and not kwargs:
+            a, b = args
+            na, nb = tape.name_of(a), tape.name_of(b)
+            if (na is not None) != (nb is not None):
+                w, x, name = (a, b, na) if na is not None else (b, a, nb)
+                if isinstance(x, torch.Tensor) and x.ndim >= 2 and w.ndim == 1:
+                    self._check_special(w)
+                    return tape.shift(x, w, name)
         elif func in _CAST and args and tape.name_of(args[0]) is not None:
             out = func(*args, **kwargs)
             if out is not args[0] and isinstance(out, torch.Tensor):

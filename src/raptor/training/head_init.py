@@ -77,3 +77,62 @@ def init_head_from_label_words(model: nn.Module, tokenizer, label_words: Sequenc
         head.weight[i].copy_((vec / norm * scale).to(head.weight.dtype))
     if head.bias is not None:
         head.bias.zero_()
+
+
+@torch.no_grad()
+def fit_head_on_public(model: nn.Module, public: dict[str, torch.Tensor], *, batch_size: int = 64,
+                       l2: float = 1.0, max_iter: int = 500) -> dict:
+    """Fit the linear classification head on PUBLIC records (``--head-init public-fit``).
+
+    The head's input (the model's pooled features, read by a hook on the head, at the current,
+    public weights) is computed for every public record; an L2-regularised multinomial logistic
+    regression (scikit-learn's lbfgs, deterministic: no random draw) is fitted to their labels;
+    its coefficients become the head's weight and bias. Returns the fit's public accuracy and size.
+
+    Privacy: the caller passes declared-public records only (privacy rule 2); no private record is
+    read, so the head costs no budget. A run that then freezes the head (``--freeze-head``) trains
+    the backbone against this fixed public classifier.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    head = classification_head(model)
+    if head.weight.shape[0] == 1:
+        raise ConfigError("--head-init public-fit fits a classifier; a regression head (one output) has no classes")
+    labels = public["labels"]
+    n = int(labels.shape[0])
+    if n == 0:
+        raise ConfigError("--head-init public-fit needs public records with labels: declare a public split "
+                          "(--public-file or --public-size)")
+    feats: list[torch.Tensor] = []
+    handle = head.register_forward_pre_hook(lambda module, args: feats.append(args[0].detach().double().cpu()))
+    was_training = model.training
+    model.eval()
+    try:
+        device = head.weight.device
+        for s in range(0, n, batch_size):
+            model(input_ids=public["input_ids"][s:s + batch_size].to(device),
+                  attention_mask=public["attention_mask"][s:s + batch_size].to(device))
+    finally:
+        handle.remove()
+        model.train(was_training)
+    x = torch.cat(feats).numpy()
+    y = labels.long().cpu().numpy()
+    classes = sorted(set(y.tolist()))
+    K = head.weight.shape[0]
+    if len(classes) < 2:
+        raise ConfigError(f"--head-init public-fit: the public records hold one class only ({classes}); "
+                          "a classifier needs at least two")
+    fit = LogisticRegression(C=1.0 / l2, max_iter=max_iter).fit(x, y)
+    weight = torch.zeros(K, x.shape[1], dtype=torch.float64)
+    bias = torch.zeros(K, dtype=torch.float64)
+    coef, intercept = torch.as_tensor(fit.coef_), torch.as_tensor(fit.intercept_)
+    if len(classes) == 2:  # one logit margin w.x + b for class 1: split it as +-1/2 over the two rows
+        weight[classes[1]], weight[classes[0]] = coef[0] / 2, -coef[0] / 2
+        bias[classes[1]], bias[classes[0]] = intercept[0] / 2, -intercept[0] / 2
+    else:
+        for row, c in enumerate(fit.classes_):
+            weight[int(c)], bias[int(c)] = coef[row], intercept[row]
+    head.weight.copy_(weight.to(head.weight.dtype))
+    if head.bias is not None:
+        head.bias.copy_(bias.to(head.bias.dtype))
+    return {"public_records": n, "public_accuracy": float(fit.score(x, y)), "l2": l2}

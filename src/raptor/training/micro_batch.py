@@ -136,3 +136,47 @@ def choose_micro_batch_size(engine, *, seq_len: int, vocab_size: int, budget_mib
         p.grad = g
     return MicroBatchChoice(size=size, budget_bytes=budget, fixed_bytes=fixed, per_record_bytes=per_record,
                             probes=probes)
+
+
+# ------------------------------------------------------------------------------------------------
+# Less padding: length-sorted micro-batches of one sampled batch, trailing pad columns trimmed.
+# ------------------------------------------------------------------------------------------------
+
+#: batch keys of the records whose trailing padding may be trimmed (every [B, T] tensor among them
+#: is sliced alike; a batch with any other key, e.g. per-token answer labels or images, is not trimmed)
+TRIMMABLE_KEYS = frozenset({"input_ids", "attention_mask", "labels", "token_type_ids"})
+
+
+def trimmable(records: dict[str, torch.Tensor]) -> bool:
+    """Whether micro-batches of ``records`` may drop their trailing all-padding columns: token
+    classification records (``input_ids``, ``attention_mask``, one label per record) only."""
+    return (set(records) <= TRIMMABLE_KEYS and "attention_mask" in records and "labels" in records
+            and records["labels"].dim() == 1)
+
+
+def length_sorted_chunks(idx_S: torch.Tensor, lengths_N: torch.Tensor | None, size: int) -> list[torch.Tensor]:
+    """The sampled indices ``idx_S`` in micro-batches of ``size``; with ``lengths_N`` (tokens per
+    record), sorted by length first (stable), so that each micro-batch holds records of similar
+    length and :func:`trim_padding` drops most of its padding.
+
+    Privacy: the clipped sums are sums over the same records whatever their order (only
+    floating-point addition order changes); the released gradient and the ledger are unaffected.
+    Lengths decide only how the step's compute is scheduled, as the batch size already does."""
+    if lengths_N is None or idx_S.numel() <= size:
+        return list(idx_S.split(size))
+    order = torch.argsort(lengths_N.index_select(0, idx_S), stable=True)
+    return list(idx_S.index_select(0, order).split(size))
+
+
+def trim_padding(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``batch`` without the trailing columns that are padding in every record (at least one column
+    kept). Right-padded records then give the same outputs: the model masks padded keys and pools
+    over real tokens, so the dropped columns never reached a real token."""
+    mask = batch["attention_mask"]
+    if mask.dim() != 2 or mask.shape[1] == 0:
+        return batch
+    real_T = mask.bool().any(dim=0)
+    keep = int(real_T.nonzero().max()) + 1 if bool(real_T.any()) else 1
+    if keep == mask.shape[1]:
+        return batch
+    return {k: (v[:, :keep] if v.dim() == 2 and v.shape[1] == mask.shape[1] else v) for k, v in batch.items()}

@@ -54,6 +54,7 @@ from raptor.training.checkpoint import load_checkpoint, save_checkpoint
 from raptor.training.config import TrainConfig
 from raptor.training.distributed import Communicator, SingleProcess
 from raptor.training.master_weights import master_copies, with_master_weights
+from raptor.training.micro_batch import length_sorted_chunks, trim_padding, trimmable
 from raptor.training.protocols import GradientEngine, Ledger
 from raptor.training.release import release_gradients
 from raptor.training.step_plan import StepPlan
@@ -129,6 +130,8 @@ class Trainer:
         self.fingerprint: dict = {}  # what a resumed run must share (raptor.training.run_checks)
         self.micro_batch = None
         self.micro_batch_size = config.performance.micro_batch_size
+        # tokens per record: micro-batches of a sampled batch are length-sorted and trimmed (less padding)
+        self._lengths = train["attention_mask"].sum(dim=1) if trimmable(train) else None
         if config.performance.memory_budget_mib is not None:
             from raptor.training.micro_batch import choose_micro_batch_size
 
@@ -183,8 +186,11 @@ class Trainer:
         those records had a non-finite gradient, zeroed by the engine; not DP, a diagnostic)."""
         sums: dict[str, torch.Tensor] = {}
         nonfinite = 0
-        for chunk in idx_S.split(self.micro_batch_size):
-            batch = {k: v[chunk].to(self.device) for k, v in self.train.items()}
+        for chunk in length_sorted_chunks(idx_S, self._lengths, self.micro_batch_size):
+            batch = {k: v[chunk] for k, v in self.train.items()}
+            if self._lengths is not None:
+                batch = trim_padding(batch)
+            batch = {k: v.to(self.device) for k, v in batch.items()}
             result = self.engine.compute(batch, self.plan.clip_norms)
             nonfinite += int(result.num_nonfinite)
             for name, s in result.clipped_sums.items():
