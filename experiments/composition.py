@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--model-dir", required=True, help="the warm start (save_pretrained directory)")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "glue"))
     p.add_argument("--task", default="sst2")
-    p.add_argument("--head-init", choices=("random", "label-words"), default="label-words")
+    p.add_argument("--head-init", choices=("random", "label-words", "public-fit"), default="label-words")
     p.add_argument("--methods", nargs="*", default=["paper:raptor", "raptor"],
                    help="trainable sets to measure besides the whole model (M or paper:M)")
     p.add_argument("--public-size", type=int, default=500)
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     label = rg.model_label("warm", fx.model_dir)
     rows = {}
     for method in ["all", *args.methods]:
-        net, _ = rg.make_model(label, fx.model_dir, num_labels, 0, args.head_init, args.task)
+        net, _ = rg.make_model(label, fx.model_dir, num_labels, 0, args.head_init, args.task, recs["public"])
         names = None
         if method != "all":
             net, names = _trainable_of(method, net, recs, fx, args.max_length)

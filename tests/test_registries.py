@@ -93,4 +93,8 @@ def test_torch_free_copies_equal_their_sources():
     from raptor.training import names
 
     assert names.CHECK_DTYPES == CHECK_DTYPES
+    from raptor.cli.upcycle import ROUTERS
+    from raptor.pretrain.upcycle import ROUTER_INITS
+
+    assert ROUTERS == ROUTER_INITS
     assert DEFAULT_GLUE_TASKS == PRETRAIN_GLUE_TASKS

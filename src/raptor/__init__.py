@@ -6,7 +6,8 @@ environment variable. Sub-packages are imported on demand, and so are the public
 * :func:`raptor.fine_tune` (:mod:`raptor.training.fine_tune`): DP fine-tuning of a loaded model;
 * :class:`raptor.TrainConfig`, :class:`raptor.PrivacyConfig`, :class:`raptor.OptimConfig`,
   :class:`raptor.PerformanceConfig`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
-* :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class).
+* :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class);
+* :func:`raptor.upcycle` (a dense BERT checkpoint, or ``"minilm"``, into a ``bert_moe`` MoE checkpoint).
 """
 
 from raptor._lazy import lazy_exports
@@ -25,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "tiny_recipe": "raptor.training.config",
     "reference_recipe": "raptor.training.config",
     "load_model": "raptor.moe.models",
+    "upcycle": "raptor.pretrain.upcycle",
 }
 
 __all__ = ["__version__", *_EXPORTS]

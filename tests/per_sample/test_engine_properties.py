@@ -166,7 +166,7 @@ def test_aux_policy_is_what_runs(family):
 def test_unsupported_parameter_is_named():
     model = tiny("olmoe")
     model.model.norm.extra = nn.Parameter(torch.zeros(model.config.hidden_size, dtype=torch.float64))
-    model.model.norm.register_forward_hook(lambda m, a, o: o + m.extra)
+    model.model.norm.register_forward_hook(lambda m, a, o: o + torch.sin(m.extra))  # sin: no per-record rule
     engine = PerRecordEngine(model, trained_layers=[1], grouping="roles")
     with pytest.raises(UnsupportedModelError, match="model.norm.extra"):
         engine.compute(batch_for(model), {k: 1.0 for k in engine.group_keys})

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("raptor.cli.predict", "predict labels with a model a raptor train run saved (CSV/JSONL out)"),
     "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),
     "audit": ("raptor.cli.audit", "empirical privacy audit: an epsilon lower bound next to the claim"),
+    "upcycle": ("raptor.cli.upcycle", "upcycle a dense BERT checkpoint (e.g. the installed all-MiniLM-L6-v2) into a "
+                                      "raptor bert_moe MoE checkpoint"),
     "pretrain": ("raptor.cli.pretrain", "pre-train a small MoE on public text (a warm start for DP fine-tuning)"),
     "bench": ("raptor.cli.bench", "time and peak-memory ratios of the per-record engine vs the plain step"),
 }

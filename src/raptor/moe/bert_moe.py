@@ -128,14 +128,16 @@ class BertMoeEmbeddings(nn.Module):
 
 
 class BertMoeAttention(nn.Module):
-    """BERT self-attention (q/k/v/o with biases) followed by the residual and the post-norm."""
+    """BERT self-attention (q/v/o with biases, k without) followed by the residual and the post-norm."""
 
     def __init__(self, config: BertMoeConfig):
         super().__init__()
         D = config.hidden_size
         self.num_heads = config.num_attention_heads
         self.q_proj = nn.Linear(D, D)
-        self.k_proj = nn.Linear(D, D)
+        # no key bias: it adds q.b_k to every score of a query, which softmax ignores, so BERT's key bias
+        # never changes the output and its gradient is exactly zero (upcycling drops it, exactly)
+        self.k_proj = nn.Linear(D, D, bias=False)
         self.v_proj = nn.Linear(D, D)
         self.o_proj = nn.Linear(D, D)
         self.norm = LayerNorm(D, config.layer_norm_eps)
@@ -198,11 +200,10 @@ class BertMoeExperts(nn.ModuleDict):
         selected_NE = selected.reshape(N, -1)
         weights_N = weights.reshape(N, -1)[:, 0]
         out = torch.zeros_like(x_ND)
-        for e in range(self.num_experts):
+        for e in range(self.num_experts):  # an expert without tokens runs on no rows (its gradient is zero)
             idx = torch.nonzero(selected_NE[:, e], as_tuple=False).squeeze(1)
-            if idx.numel():
-                y = self[f"expert_{e}"](x_ND.index_select(0, idx)) * weights_N.index_select(0, idx).unsqueeze(-1)
-                out = out.index_add(0, idx, y.to(out.dtype))
+            y = self[f"expert_{e}"](x_ND.index_select(0, idx)) * weights_N.index_select(0, idx).unsqueeze(-1)
+            out = out.index_add(0, idx, y.to(out.dtype))
         return out
 
 

