@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--head-init", default="public-fit")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--results", default=str(HERE / "results" / "sst2_minilm_ablations.jsonl"))
+    p.add_argument("--head-only", action="store_true",
+                   help="no training: the dev accuracy of the initial model with its --head-init head (the floor)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     import transformers
@@ -89,6 +91,8 @@ def main(argv=None) -> int:
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=500,
                   selection_size=500, max_train=args.max_train or None, max_length=40, batch_size=args.batch_size,
                   epochs=args.epochs, delta=1e-5, head=args.head_init, micro_batch_size=64)
+    if args.head_only:
+        return head_only(rg, fx, args)
     overrides = parse_set(args.set)
     model = rg.model_label("warm", fx.model_dir)
     cells = []
@@ -109,6 +113,22 @@ def main(argv=None) -> int:
         c, res = r["cell"], r["result"]
         print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],
                           "overrides": overrides, "sigma": res["sigma"], "clips": res["calibrated_clips"]}))
+    return 0
+
+
+def head_only(rg, fx, args) -> int:
+    """The floor: dev accuracy of the initial model and head (``--head-init``), no private record read."""
+    from raptor.training.evaluator import Evaluator
+
+    d = rg.task_data("sst2", fx.data_dir, fx.public_size, fx.selection_size, fx.max_train)
+    recs = rg.records_of(fx.model_dir, "sst2", fx.data_dir, fx.public_size, fx.selection_size, fx.max_train,
+                         fx.max_length)
+    net, _ = rg.make_model(rg.model_label("warm", fx.model_dir), fx.model_dir, len(d.private.label_names), 0,
+                           args.head_init, "sst2", recs["public"])
+    scores = Evaluator({"dev": recs["dev"]}, task_type=d.task_type, metrics=d.metrics, batch_size=256)(net)
+    out = {"head_only": args.head_init, "model": rg.model_label("warm", fx.model_dir), "dev": scores["accuracy"],
+           "metrics": scores["metrics"]}
+    print(json.dumps(out, default=str))
     return 0
 
 
