@@ -117,6 +117,7 @@ def resolve_public_source(*, public_file: str | None = None, public_size: float 
     raise ConfigError(
         f"no public data declared, and this run needs it for {', '.join(needs)}. raptor never makes private "
         "records public by default. Give --public-file FILE (text you may use without privacy), a --model "
-        f"directory that ships a public corpus ({' or '.join(MODEL_PUBLIC_FILES)}), or --public-size K to "
+        f"directory that ships a public corpus ({' or '.join(MODEL_PUBLIC_FILES)}; --model minilm-moe, the real "
+        "pretrained model, ships one with its tokenizer), or --public-size K to "
         "designate K records (or a fraction < 1) of the training data as public (they lose DP protection)"
     )
