@@ -78,6 +78,10 @@ def load_run_inputs(cfg):
                      if data.validation is not None else None)
 
 
+#: what ``raptor audit`` writes in its --output-dir (``run``: one-run's training run)
+AUDIT_FILES = ("audit.json", "scores.png", "power.json", "power.png", "run")
+
+
 def _line(kind: str, bound: float, claim: float, confidence: float, delta: float) -> str:
     verdict = "ABOVE the claim: the mechanism is not what is accounted" if bound > claim else "below the claim"
     return (f"{kind}: epsilon lower bound {bound:.3f} vs claimed epsilon {claim:.3f} at delta {delta:g} "
@@ -101,11 +105,14 @@ def _power(cfg, out: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from raptor.audit.report import plot_scores, write_json
+    from raptor.cli.checks import check_audit_args
+    from raptor.cli.run_lock import claim_output_dir
     from raptor.errors import ConfigError
-    from raptor.training.run_checks import check_output_dir
 
     out = Path(args.output_dir)
-    check_output_dir(args.output_dir, overwrite=True, resume=False)  # before the audit runs (issue 26)
+    check_audit_args(args)  # bounds of the counts and the noise (issue 35)
+    # before the audit runs (issue 26); locked, and never over another run's files (issue 35)
+    claim_output_dir(args.output_dir, command="raptor audit", writes=AUDIT_FILES)
     if not 0.5 < args.confidence < 1.0:
         raise ConfigError(f"--confidence must be in (0.5, 1), got {args.confidence}")
     significance = 1.0 - args.confidence

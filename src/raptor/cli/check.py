@@ -40,6 +40,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
     if args.seq_len < 2:
         raise ConfigError(f"--seq-len must be an integer >= 2 (records hold tokens to compare), got {args.seq_len}")
+    from raptor.cli.checks import MAX_TINY_LENGTH, check_at_most, check_seed
+    from raptor.training.run_checks import check_device
+
+    check_seed(args.seed)  # issue 35: bounds, the tolerance and the device before the model is built
+    check_at_most("--batch-size", args.batch_size, 1024, " (the reference loop runs one record at a time)")
+    check_at_most("--seq-len", args.seq_len, MAX_TINY_LENGTH)
+    if args.tolerance is not None and not (args.tolerance > 0 and args.tolerance < float("inf")):
+        raise ConfigError(f"--tolerance must be a positive finite relative error (e.g. 1e-4), got {args.tolerance}")
+    check_device(args.device)
     if args.tolerance is None:
         args.tolerance = BF16_TOLERANCE if args.dtype == "bfloat16" else 1e-4
     groupings = ("roles", "dense") if args.grouping == "both" else (args.grouping,)

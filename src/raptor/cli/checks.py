@@ -198,6 +198,9 @@ def check_train_args(args) -> None:
     if args.text_column and args.label_column in args.text_column:
         raise ConfigError(f"--text-column {args.label_column!r} is also the --label-column; the model would read "
                           "the label as its input. Give the text column(s) with --text-column")
+    if getattr(args, "freeze_shared_experts", False) and args.objective != "generate":
+        raise ConfigError("--freeze-shared-experts applies to --objective generate (the reference's VL2 setting); a "
+                          "classification run trains the shared experts with its method: drop the flag")
     check_tiny_sizes(args)
     check_max_length(args)
     check_tokenizer_name(args.tokenizer)
@@ -323,3 +326,78 @@ def check_output_file(path: str | Path, flag: str) -> None:
     parent = next((p for p in path.parents if p.exists()), Path("."))
     if not parent.is_dir():
         raise ConfigError(f"{flag} {path}: {parent} is a file, so the file cannot be created")
+
+
+#: upper bounds of ``raptor pretrain``'s count and size flags (issue 35): far above any run this
+#: library makes on one machine, low enough that a typo is a one-line error, not an allocation of
+#: terabytes or a run of years
+PRETRAIN_LIMITS: dict[str, int] = {
+    "vocab_size": 1_000_000, "hidden_size": 65_536, "num_layers": 1_024, "num_heads": 1_024,
+    "num_experts": 4_096, "top_k": 4_096, "expert_intermediate": 262_144, "block_length": MAX_TINY_LENGTH,
+    "batch_size": 1_000_000, "steps": 100_000_000, "warmup_steps": 100_000_000, "held_out_every": 1_000_000,
+    "eval_every": 100_000_000, "eval_blocks": 10_000_000, "checkpoint_every": 100_000_000,
+    "stats_records": 10_000_000, "threads": 4_096,
+}
+#: suffixes of a table (labelled records), which ``raptor pretrain --text`` would read as plain text
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+
+
+def check_at_most(flag: str, value, maximum: int, what: str = "") -> None:
+    if value is not None and value > maximum:
+        raise ConfigError(f"{flag} must be an integer <= {maximum:,}{what}, got {value:,}")
+
+
+def check_pretrain_args(args) -> None:
+    """``raptor pretrain``: the seed's range, upper bounds of the counts and sizes, the learning-rate
+    floor as a fraction, finite rates, no table given as plain text, a ``--tokenizer`` that exists
+    (before the hub's minute of retries). Checked before the output directory is touched."""
+    check_seed(args.seed)
+    for name, limit in PRETRAIN_LIMITS.items():
+        check_at_most(f"--{name.replace('_', '-')}", getattr(args, name, None), limit)
+    if not 0 <= args.min_lr_ratio <= 1:
+        raise ConfigError(f"--min-lr-ratio is the final lr as a fraction of --lr, so it must lie in [0, 1]; got "
+                          f"{args.min_lr_ratio}")
+    for name in ("lr", "weight_decay", "aux_loss_coef", "z_loss_coef", "glue_public_size"):
+        value = getattr(args, name)
+        if not math.isfinite(value):
+            raise ConfigError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    for text in args.text:
+        suffixes = [s.lower() for s in Path(text).suffixes if s.lower() != ".gz"]
+        if Path(text).is_file() and suffixes and suffixes[-1] in TABLE_SUFFIXES:
+            raise ConfigError(f"--text {text}: is a table ({suffixes[-1]}), but pre-training reads plain text, one "
+                              "paragraph per line, and would train on its header and labels too; write the public "
+                              "text column to a .txt file and pass that")
+    check_tokenizer_name(args.tokenizer)
+
+
+#: ``raptor audit mechanism --releases``: at most this many per world and half (about an hour on
+#: one CPU core; 1e9 ran with no output and no end)
+MAX_AUDIT_RELEASES: int = 2_000_000
+#: ``--sigma`` of the mechanism audit: below this the claimed epsilon's privacy-loss distribution
+#: grows past memory (1e-6 asked for 17.8 PiB; 0.05 takes 25 s)
+MIN_AUDIT_SIGMA: float = 0.05
+#: ``raptor audit one-run --canaries``: at most this many canaries
+MAX_CANARIES: int = 10_000_000
+
+
+def check_audit_args(args) -> None:
+    """``raptor audit``: counts, seeds and the noise level inside the ranges the audit can compute
+    (issue 35), checked before the output directory is touched."""
+    if str(args.output_dir).strip() == "":
+        raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
+    if args.audit == "mechanism":
+        check_seed(args.seed)
+        check_at_least("--releases", args.releases, 100)
+        check_at_most("--releases", args.releases, MAX_AUDIT_RELEASES, " (about an hour on one core)")
+        if not (math.isfinite(args.sigma) and args.sigma >= MIN_AUDIT_SIGMA):
+            raise ConfigError(f"--sigma must be a finite number >= {MIN_AUDIT_SIGMA} (below it the claimed epsilon "
+                              f"cannot be computed in memory), got {args.sigma}")
+        if not 0 < args.delta < 1:
+            raise ConfigError(f"--delta must be in (0, 1), got {args.delta}")
+    else:
+        if args.audit_seed is not None and not 0 <= args.audit_seed < SEED_LIMIT:
+            raise ConfigError(f"--audit-seed must be an integer in [0, 2**63), got {args.audit_seed}")
+        check_at_least("--canaries", args.canaries, 1)
+        check_at_most("--canaries", args.canaries, MAX_CANARIES)
+        if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+            raise ConfigError(f"--epsilon must be a positive finite number, got {args.epsilon}")

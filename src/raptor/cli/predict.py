@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="records per forward pass (default 64)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
 
 
 def model_dir(path: str | Path) -> Path:
@@ -54,6 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from raptor.data.user_files import read_texts
 
     check_predict_output(out, args.input, args.max_length)  # issue 26: before anything is computed
+    if out.exists() and not args.overwrite:
+        raise ConfigError(f"--output {out}: already exists; pass --overwrite to replace it, or give another --output")
+    from raptor.cli.run_lock import lock_output_dir
+    from raptor.cli.train import quiet_transformers
+
+    lock_output_dir(out.parent, "--output")  # one writer per directory, as raptor train (issue 35)
+    quiet_transformers(args)  # --no-progress: no "Loading weights" bar either
     check_device(args.device)
     directory = model_dir(args.model)
     check_model_dir(directory)

@@ -107,12 +107,15 @@ def _device(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from raptor.cli.checks import check_pretrain_args
+    from raptor.cli.run_lock import claim_output_dir
     from raptor.pretrain.run import pretrain
-    from raptor.training.run_checks import check_output_dir
 
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path")
-    check_output_dir(args.output_dir, overwrite=True, resume=True)  # before pre-training (issue 26)
+    check_pretrain_args(args)  # bounds, --text, --tokenizer (issue 35)
+    # before pre-training (issue 26); locked, and never over a model or another run's files (issue 35)
+    claim_output_dir(args.output_dir, command="raptor pretrain", resume=args.resume)
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")

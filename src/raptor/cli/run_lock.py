@@ -16,6 +16,7 @@ writer) takes it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from raptor._flock import fcntl, lock_file, read_holder, unlock_and_remove, write_holder
@@ -38,17 +39,43 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
         return None
     directory = Path(output_dir)
     created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
     lock = directory / LOCK_NAME
     if lock in _HELD:
         return lock
-    fd = lock_file(lock)
+    try:  # a dangling symlink, a directory under /proc, ...: one line, not a traceback (issue 35)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = lock_file(lock)
+    except OSError as err:
+        raise ConfigError(f"{flag} {directory}: cannot be used as an output directory ({err.strerror or err}); "
+                          f"choose another {flag}") from None
     if fd is None:
         raise ConfigError(f"{flag} {directory}: another raptor run ({_holder(lock)}) is writing there now; wait for it "
                           f"to end, or choose another {flag}")
     write_holder(fd, command=" ".join(sys.argv[:1] + sys.argv[1:6]))
     _HELD[lock] = (fd, created)
     return lock
+
+
+def claim_output_dir(output_dir, *, command: str, writes: Iterable[str] = (), resume: bool = False,
+                     flag: str = "--output-dir") -> Path:
+    """The output directory of a command other than ``raptor train`` (pretrain, audit, predict; issue
+    35): usable (:func:`raptor.training.run_checks.check_output_dir`), locked (:func:`lock_output_dir`),
+    and holding nothing but the files ``command`` writes itself (``writes``: their names), so that a
+    train run, a saved model or another command's results are never overwritten. ``resume``: the
+    directory is this command's own earlier run (checked by the command)."""
+    from raptor.training.run_checks import check_output_dir
+
+    directory = check_output_dir(output_dir, overwrite=True, resume=True)
+    lock_output_dir(directory, flag)
+    if resume:
+        return directory
+    own = set(writes) | {LOCK_NAME}
+    foreign = sorted(p.name for p in directory.iterdir() if p.name not in own) if directory.is_dir() else []
+    if foreign:
+        shown = ", ".join(foreign[:6]) + (", ..." if len(foreign) > 6 else "")
+        raise ConfigError(f"{flag} {directory}: already holds files that {command} does not write ({shown}), such as "
+                          f"another run's or a saved model's, which would be overwritten; choose a new or empty {flag}")
+    return directory
 
 
 def _holder(lock: Path) -> str:

@@ -310,9 +310,13 @@ def _metrics(args: argparse.Namespace, data) -> tuple[str, ...]:
     from raptor.training.evaluator import metric_names
 
     try:
-        return metric_names(args.metric, data.split.private.task_type)
+        names = metric_names(args.metric, data.split.private.task_type)
     except ConfigError as err:
         raise ConfigError(f"--metric: {err}") from None
+    if "f1" in names and data.split.private.task_type == "classification" and data.private.num_labels > 2:
+        raise ConfigError(f"--metric f1 is the binary F1 of label id 1, but the train labels have "
+                          f"{data.private.num_labels} classes; use --metric accuracy or matthews_correlation")
+    return names
 
 
 def quiet_transformers(args: argparse.Namespace) -> None:
@@ -352,20 +356,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(REGRESSION_REFUSAL)
     config = config_from_args(args, len(data.private))
     check_batch_size(config.batch_size, len(data.private))
+    metrics = _metrics(args, data)  # before the model is built (issue 35: --metric f1 on 3 classes)
     print(settings_line(args, config, len(data.private), task_type=data.task_type)
           + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"), flush=True)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels,
                                                 init_generator(config.seed))
-    label_words = _init_head(args, model, tokenizer)
+    label_words = _init_head(args, model, tokenizer, data.private.label_names)
     path = config.output_path
     path.mkdir(parents=True, exist_ok=True)
     stopped = None
     try:
         out = run_fine_tune(model, tokenizer, data.private, data.validation_sets or None, config,
-                            public=data.public, public_source=data.public_source, metrics=_metrics(args, data),
+                            public=data.public, public_source=data.public_source, metrics=metrics,
                             resume=args.resume, progress=not args.no_progress and comm.is_main,
                             checkpoint_every=args.checkpoint_every, checkpoint_start=True, model_name=args.model,
-                            comm=comm)
+                            comm=comm, label_words=label_words)
     except BudgetExceededError as err:  # the checkpoint is saved; write results and the model, then fail
         stopped, out = err, err.partial
     trainer, results = out.trainer, out.results
@@ -376,7 +381,7 @@ def run(args: argparse.Namespace) -> int:
             raise stopped
         return 0
     # the library's data entry, with what only the CLI knows: the source's name, the slice rule, the metrics
-    results["data"].update(source=data.source, public_rule=data.split.rule, metrics=list(_metrics(args, data)))
+    results["data"].update(source=data.source, public_rule=data.split.rule, metrics=list(metrics))
     print(summary_line(trainer, results["data"]) + f"\nrandomness: {trainer.randomness}")
     results.update(run_results(args, trainer, started), head_init={"rule": args.head_init, "label_words": label_words})
     save_run(path, trainer, out.tokenizer, data.private.label_names, config.max_length, results, stopped)
@@ -393,8 +398,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _init_head(args, model, tokenizer) -> list[str] | None:
-    """``--head-init label-words``: the head from the label words' embeddings (public; no record read)."""
+def _init_head(args, model, tokenizer, label_names=()) -> list[str] | None:
+    """``--head-init label-words``: the head from the label words' embeddings (public; no record read).
+    Words that are the label names go to those labels, in any order; words that the tokenizer cannot
+    tell apart are refused (issue 35). Returns the words in label-id order."""
     from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
 
     if args.head_init == "random":
@@ -410,6 +417,11 @@ def _init_head(args, model, tokenizer) -> list[str] | None:
             raise ConfigError("--head-init label-words needs --label-words W1 W2 ... (one per label id) unless "
                               f"--task is one of {', '.join(LABEL_WORDS)}")
         words = list(LABEL_WORDS[task])
+    from raptor.data.labels import align_label_words, check_label_word_tokens
+
+    if label_names and args.label_words:
+        words = align_label_words(label_names, words)
+    check_label_word_tokens(tokenizer, words)
     init_head_from_label_words(model, tokenizer, words)
     return list(words)
 

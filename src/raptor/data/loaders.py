@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ import torch
 from raptor.data.batching import collate, encode
 from raptor.data.dataset import ClassificationData, DataSplits
 from raptor.data.glue_local import load_glue_dir
+from raptor.data.labels import label_ids, plain
 from raptor.data.public import PublicPrivateSplit, separate_public, split_public_private
 from raptor.data.public_source import PublicSource, resolve_public_source
 from raptor.data.sample import load_bundled_sst2
@@ -216,6 +218,10 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
                         "give records such as {'sentence': ..., 'label': ...}")
     columns = tuple(text_columns) if text_columns else next(
         (c for c in DEFAULT_TEXT_COLUMNS if all(k in rows[0] for k in c)), None)
+    if columns is None and {"prompt", "answer"} <= set(rows[0]):
+        raise DataError(f"{source}: the records hold prompt/answer pairs, which are generation records; give "
+                        "raptor.data.qa.QAData(prompts=..., answers=...) to fine-tune on the answers (text "
+                        "classification records hold a text column and a label)")
     if columns is None:
         raise DataError(f"{source}: no text column among {list(rows[0])}; pass text_columns")
     missing = next((i for i, r in enumerate(rows) if label_column not in r or any(c not in r for c in columns)), None)
@@ -225,28 +231,39 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
     if empty is not None:  # str(None) would train on the text "None", or make "None" a class
         raise DataError(f"{source}: record {empty[0]}: {empty[1]!r} is None (a missing value); drop the record or "
                         "fill it in")
-    raw = [r[label_column] for r in rows]
+    raw = [plain(r[label_column]) for r in rows]
     texts = tuple(str(r[columns[0]]) for r in rows)
     pairs = tuple(str(r[columns[1]]) for r in rows) if len(columns) == 2 else None
     numeric = all(isinstance(y, (int, float)) and not isinstance(y, bool) for y in raw)
     if task_type == "auto":
+        if label_names is None and numeric:
+            _refuse_ambiguous(raw, source)
         task_type = "regression" if label_names is None and numeric and \
             infer_task_type([str(y) for y in raw]) == "regression" else "classification"
     if task_type == "regression":
-        if not numeric:
-            bad = next(i for i, y in enumerate(raw) if isinstance(y, bool) or not isinstance(y, (int, float)))
+        bad = next((i for i, y in enumerate(raw) if isinstance(y, bool) or not isinstance(y, (int, float))), None)
+        if bad is not None:
             raise DataError(f"{source}: record {bad}: label {raw[bad]!r} is not a number; a regression task needs one")
+        bad = next((i for i, y in enumerate(raw) if not math.isfinite(y)), None)
+        if bad is not None:
+            raise DataError(f"{source}: record {bad}: label {raw[bad]!r} is not a finite number; fix or drop the record")
         return ClassificationData(texts, tuple(float(y) for y in raw), (), pairs, source=source,
                                   task_type="regression")
-    if label_names is None:
-        if all(isinstance(y, int) and not isinstance(y, bool) for y in raw):
-            label_names = [str(i) for i in range(max(max(raw) + 1, 2))]
-        else:
-            label_names = sorted({str(y) for y in raw})
-    names = tuple(str(n) for n in label_names)
-    index = {n: i for i, n in enumerate(names)}
-    labels = tuple(y if isinstance(y, int) and not isinstance(y, bool) else index.get(str(y), -1) for y in raw)
+    names, labels = label_ids(raw, source=source, label_names=label_names)  # issue 35: one type, no NaN class
     return ClassificationData(texts, labels, names, pairs, source=source)
+
+
+def _refuse_ambiguous(raw, source: str) -> None:
+    """Numeric labels of which a few (at most :data:`AMBIGUOUS_FRACTIONAL_SHARE`) are fractional: a typo
+    such as ``0.5`` among 0/1 classes would silently make the task a regression (as for files)."""
+    from raptor.data.user_files import AMBIGUOUS_FRACTIONAL_SHARE
+
+    fractional = [i for i, y in enumerate(raw) if math.isfinite(y) and not float(y).is_integer()]
+    if fractional and len(fractional) <= AMBIGUOUS_FRACTIONAL_SHARE * len(raw):
+        i = fractional[0]
+        raise DataError(f"{source}: record {i}: label {raw[i]!r} is fractional while {len(raw) - len(fractional)} of "
+                        f"the {len(raw)} labels are whole numbers; fix the label if it is a typo, or pass "
+                        "task_type='regression' (scores) or task_type='classification' (class names)")
 
 
 def to_records(tokenizer, data: ClassificationData, max_length: int) -> dict[str, torch.Tensor]:

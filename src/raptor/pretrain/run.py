@@ -41,7 +41,7 @@ import torch
 
 from raptor import __version__
 from raptor._hashing import sha256_file
-from raptor.errors import ConfigError
+from raptor.errors import ConfigError, DataError
 from raptor.mechanisms import seeded_generator
 from raptor.moe.adapters import get_adapter
 from raptor.moe.models import FAMILIES, TinySize, tiny_config
@@ -265,6 +265,19 @@ def save_model(model, tokenizer, config: PretrainConfig, out: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_split(corpus, held_par, every: int, group: int = 20) -> None:
+    """A held-out split that is not empty, or a :class:`DataError` saying why (issue 35: it read "the
+    public text gives 0 tokens")."""
+    if held_par:
+        return
+    groups = max(-(-len(cf.paragraphs) // group) for cf in corpus)
+    fix = f"give --held-out-every {2 * groups - 1} or less, or more text" if groups >= 2 else \
+        f"give more text (a file of more than {group} paragraphs)"
+    raise DataError(f"--held-out-every {every}: no paragraph is held out for evaluation: the largest file has "
+                    f"{groups} group(s) of {group} paragraphs, and group {every // 2} of every {every} is held out; "
+                    f"{fix}")
+
+
 def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = True,
              stop_after: int | None = None, device: str = "cpu") -> PretrainResult | None:
     """Pre-train on public text and write ``config.output_dir`` (see the module docstring).
@@ -294,6 +307,7 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
         tr, he = split_held_out(cf.paragraphs, every=config.held_out_every)
         train_par.extend(tr)
         held_par.extend(he)
+    _check_split(corpus, held_par, config.held_out_every)
     if resume:
         from raptor.data.tokenization import load_tokenizer
 
@@ -315,8 +329,8 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     if resume:
         state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
         state["config"].setdefault("dtype", "float32")  # runs saved before --dtype existed were float32
-        if state["config"] != config_dict:
-            diff = sorted(k for k in config_dict if state["config"].get(k) != config_dict[k])
+        diff = sorted(k for k in config_dict if k != "output_dir" and state["config"].get(k) != config_dict[k])
+        if diff:  # the directory may differ: a run copied elsewhere resumes there (issue 35)
             raise ConfigError(f"--resume: the run in {out} was started with different settings ({', '.join(diff)}); "
                               "pass the same flags as the first run")
         model.load_state_dict(state["model"])

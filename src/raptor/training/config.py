@@ -267,8 +267,9 @@ class TrainConfig:
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool)
                                             or self.batch_size < 1):
             raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            raise _err(c, "seed", self.seed, "an integer >= 0 or None (secure randomness)")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
+                                      or not 0 <= self.seed < 2**63):  # the generators take 63 bits (issue 35)
+            raise _err(c, "seed", self.seed, "an integer in [0, 2**63) or None (secure randomness)")
         if self.layers not in ("auto", "last"):
             lay = tuple(self.layers) if not isinstance(self.layers, str) else None
             if not lay or any(not isinstance(v, int) or v < 0 for v in lay) or len(set(lay)) != len(lay):
@@ -283,7 +284,7 @@ class TrainConfig:
                               "block by definition); use dp-lora for LoRA on every block")
         for name in ("num_auto_layers", "max_length", "lora_rank"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise _err(c, name, v, "an integer >= 1")
         if not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise _err(c, "eval_every", self.eval_every, "an integer >= 0 (0 = evaluate at the end only)")

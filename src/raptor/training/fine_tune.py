@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from raptor.data import ClassificationData
+from raptor.data.labels import label_map, label_map_line
 from raptor.data.loaders import from_records, public_split, to_records
 from raptor.data.public import PublicPrivateSplit
 from raptor.data.public_source import PublicSource, resolve_public_source
@@ -110,7 +111,7 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
                   max_new_tokens: int = 16, freeze_shared_experts: bool = False, resume: str | None = None,
                   progress: bool = True, checkpoint_every: int = 0, checkpoint_start: bool = False,
                   public_source: PublicSource | None = None, model_name: str | None = None,
-                  base: dict | None = None, comm=None) -> FineTuneResult:
+                  base: dict | None = None, comm=None, label_words: Sequence[str] | None = None) -> FineTuneResult:
     """:func:`fine_tune` with the plumbing of ``raptor train`` (both objectives) and the experiments.
 
     ``public_source``: the source ``public`` came from when the caller already separated it from
@@ -119,6 +120,8 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     weights not read unchanged from it (``base``: their ``{name: shape}``, by default
     :func:`raptor.training.run_start.base_weights` of ``model_name``). ``comm``: a torchrun job's
     communicator (:func:`raptor.training.distributed.init_communicator`; default one process).
+    ``label_words``: the words the head was initialised from, one per label id (printed with the
+    label map and saved in results ``labels``).
     """
     from raptor.training.run_checks import fingerprint
     from raptor.training.run_start import base_weights, continue_run, start_run
@@ -126,7 +129,7 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     config = config if config is not None else TrainConfig()
     checked = check_arguments(model, tokenizer, train, validation, config, public=public, text_columns=text_columns,
                               metrics=metrics, task_type=task_type, checkpoint_every=checkpoint_every,
-                              max_new_tokens=max_new_tokens)
+                              max_new_tokens=max_new_tokens, label_column=label_column)
     text_columns, metrics = checked.text_columns, checked.metrics
     if public_source is None and public is not None and public_size is not None:
         raise ConfigError("give either public= records or public_size=, not both")
@@ -141,7 +144,9 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
             raise ConfigError("freeze_shared_experts applies to generative fine-tuning (QAData or VQAData records)")
         job = _classification_job(model, train, validation, config, public=public, public_size=public_size,
                                   source=public_source, text_columns=text_columns, label_column=label_column,
-                                  metrics=metrics, task_type=task_type)
+                                  metrics=metrics, task_type=task_type, label_words=label_words)
+        if job.label_names:  # issue 35: the label map at the start of every classification run
+            print(label_map_line(job.label_names, label_words), flush=True)
     config = with_batch_size(config, len(job.private))  # None: N/10, as raptor train
     check_batch_size(config.batch_size, len(job.private))
     fp = fingerprint(dict(config.to_dict(), **job.fingerprint_config), model=model_name or type(model).__name__,
@@ -194,13 +199,18 @@ class _Job:
 
 
 def _classification_job(model, train, validation, config, *, public, public_size, source, text_columns,
-                        label_column, metrics, task_type) -> _Job:
+                        label_column, metrics, task_type, label_words=None) -> _Job:
     from raptor.training.evaluator import Evaluator
     from raptor.training.objectives import task_type_of
 
     private = from_records(train, text_columns=text_columns, label_column=label_column, source="train",
                            task_type=task_type)
     kind = private.task_type
+    if label_words is not None and len(label_words) != private.num_labels:
+        raise ConfigError(f"label_words: {len(label_words)} words for {private.num_labels} labels")
+    if metrics and "f1" in metrics and kind == "classification" and private.num_labels > 2:
+        raise ConfigError(f"metrics: f1 is the binary F1 of label id 1, but the training labels have "
+                          f"{private.num_labels} classes; use accuracy or matthews_correlation")
     if task_type_of(model) != kind:
         raise ConfigError(f"the training labels make this a {kind} task but the model has a {task_type_of(model)} "
                           f"head; build it with num_labels={private.num_labels}")
@@ -236,7 +246,8 @@ def _classification_job(model, train, validation, config, *, public, public_size
             "dev_records": len(next(iter(devs.values()), ())),
             "dev_sets": {name: len(d) for name, d in devs.items()}, "task_type": kind}
     return _Job(split.private, split.public, devs, source, tuple(private.label_names), {},
-                {"data": data, "label_map": {str(i): name for i, name in enumerate(private.label_names)}}, encode)
+                {"data": data, "label_map": {str(i): name for i, name in enumerate(private.label_names)},
+                 "labels": label_map(private.label_names, label_words)}, encode)
 
 
 def _is_generative(train) -> bool:

@@ -63,7 +63,7 @@ def _records_argument(name: str, value, *, required: bool) -> None:
 
 
 def check_arguments(model, tokenizer, train, validation, config, *, public, text_columns, metrics, task_type,
-                    checkpoint_every, max_new_tokens) -> Checked:
+                    checkpoint_every, max_new_tokens, label_column="label") -> Checked:
     """Raise :class:`ConfigError` naming the first argument of the wrong type or value."""
     from raptor.data.user_files import TASK_TYPES
     from raptor.training.config import TrainConfig
@@ -97,6 +97,13 @@ def check_arguments(model, tokenizer, train, validation, config, *, public, text
     if columns is not None and not 1 <= len(columns) <= 2:
         raise ConfigError(f"text_columns takes one column or two (a sentence pair), got {len(columns)}: "
                           f"{list(columns)}")
+    if not isinstance(label_column, str) or not label_column:
+        raise ConfigError(f"label_column must be a column name (a non-empty string), got {label_column!r}")
+    if columns is not None and label_column in columns:  # issue 35: the label would be read as input text
+        raise ConfigError(f"text_columns {list(columns)} holds the label_column {label_column!r}; the model would "
+                          "read the label as its input. Give the text column(s) only")
+    _same_objective(train, validation, public)
+    check_max_length(model, config.max_length)
     return Checked(text_columns=columns, metrics=_names("metrics", metrics))
 
 
@@ -126,3 +133,44 @@ def check_model_fits(model: nn.Module, tokenizer, num_labels: int, kind: str) ->
     if vocab > rows:
         raise ConfigError(f"tokenizer=: its {vocab} tokens do not fit the model's {rows} embedding rows; give the "
                           f"tokenizer the model was trained with (or build the model with vocab_size >= {vocab})")
+
+
+#: the longest ``max_length`` of a model whose config names no position bound (as ``raptor train``'s
+#: tiny families: 1e5 asked for 10 GB before any error)
+MAX_UNBOUNDED_LENGTH = 4096
+#: model config keys that bound the positions a model takes
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+
+
+def check_max_length(model: nn.Module, max_length: int) -> None:
+    """``config.max_length`` within the model's positions (its config's bound, else
+    :data:`MAX_UNBOUNDED_LENGTH`), checked before anything is allocated (issue 35)."""
+    config = getattr(model, "config", None)
+    positions = next((v for k in POSITION_KEYS if isinstance(v := getattr(config, k, None), int) and v > 0), None)
+    if positions is not None and max_length > positions:
+        raise ConfigError(f"config.max_length {max_length} is above the model's {positions} positions "
+                          "(model.config.max_position_embeddings); lower max_length, or build the model with more "
+                          "positions")
+    if positions is None and max_length > MAX_UNBOUNDED_LENGTH:
+        raise ConfigError(f"config.max_length {max_length} is above {MAX_UNBOUNDED_LENGTH}, the most raptor takes for a "
+                          "model whose config names no position bound; lower max_length")
+
+
+def _same_objective(train, validation, public) -> None:
+    """Generation records (QAData, VQAData) and classification records are not mixed across
+    ``train=``, ``validation=`` and ``public=`` (issue 35: an AttributeError deep in the run)."""
+    from raptor.data.qa import QAData
+    from raptor.data.vqa import VQAData
+
+    def kind(value):
+        return type(value).__name__ if isinstance(value, (QAData, VQAData)) else "classification records"
+
+    want = kind(train)
+    if want != "classification records" and isinstance(validation, Mapping):
+        raise ConfigError(f"validation= is a dict, but generation takes one validation split: give one {want}")
+    for name, value in (("validation", validation), ("public", public)):
+        for v in (() if value is None else value.values() if isinstance(value, Mapping) else (value,)):
+            if kind(v) != want:
+                raise ConfigError(f"{name}= holds {kind(v)} but train= holds {want}; give every split the same kind "
+                                  "(generation: raptor.data.qa.QAData or raptor.data.vqa.VQAData for each; "
+                                  "classification: records with a text column and a label)")

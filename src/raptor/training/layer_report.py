@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.roles.layer_choice import LayerChoice, choose_layers
 from raptor.roles.public_stats import layer_stats
@@ -21,6 +22,9 @@ def layer_report(model: nn.Module, public: dict, *, count: int = 1, batch_size: 
     ``count`` layers with the highest routing entropy. With ``noise_multiplier``, each row also
     holds the load-weighted noise variance of an expected batch of ``batch_size`` records at
     expert clip norm ``clip_expert``."""
+    layers = len(get_adapter(model).moe_layers(model))
+    if count > layers:  # issue 35: refused as raptor train refuses --num-auto-layers above the layers
+        raise ConfigError(f"--count {count}: the model has only {layers} MoE layers; give --count {layers} or less")
     model.eval()
     owners = public_routing(model, public, TrainConfig())
     table = []

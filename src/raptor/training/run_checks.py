@@ -68,6 +68,9 @@ def check_output_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path
     if str(path).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
     path = Path(path)
+    if path.is_symlink() and not path.exists():  # mkdir would fail with "File exists" (issue 35)
+        raise ConfigError(f"--output-dir {path}: is a symbolic link to a missing target ({os.readlink(path)}); "
+                          "create the target directory, or choose another --output-dir")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--output-dir {path}: is an existing file; give a directory path")
     parent = next((p for p in (path, *path.parents) if p.exists()), Path("."))
