@@ -46,7 +46,8 @@ def _trainers(args):
     import torch
     from transformers import AutoTokenizer
 
-    from raptor.data.loaders import DataSource, load_splits, to_records
+    from raptor.data import load_bundled_sst2
+    from raptor.data.loaders import to_records
     from raptor.moe.models import load_model
     from raptor.shipped import resolve
     from raptor.training import trainer as trainer_mod
@@ -56,8 +57,7 @@ def _trainers(args):
 
     model_dir = resolve(args.model)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    splits, _ = load_splits(DataSource(task="sst2"))  # the bundled SST-2 sample
-    train = to_records(tok, splits.train, args.max_length)
+    train = to_records(tok, load_bundled_sst2().train, args.max_length)  # the bundled SST-2 sample
     public = {k: v[:64] for k, v in train.items()}
     lengths = train["attention_mask"].sum(1).float()
     out = {}
