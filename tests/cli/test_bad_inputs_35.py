@@ -13,6 +13,7 @@ misleading message) and is now a clear one-line refusal or the right result:
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -209,6 +210,26 @@ def _flag_cases(tmp_path: Path, *, write: bool = True):
         "pretrain --steps 1e12": (_pretrain(text, out, "--steps", str(10**12)), r"--steps must be an integer <= "),
         "pretrain --tokenizer not a dir": (_pretrain(text, out, "--tokenizer", "NOT_A_DIR"),
                                            r"--tokenizer NOT_A_DIR: no such directory or file"),
+        # the third sweep (docs/ERRORS.md): before, each ran on, crashed or said something else
+        "pretrain --glue-public-size nan": (_pretrain(text, out, "--glue-public-size", "nan"),
+                                            r"--glue-public-size must be a finite number, got nan"),
+        "pretrain --threads 100000": (_pretrain(text, out, "--threads", "100000"),
+                                      r"--threads must be an integer <= 4,096"),
+        "pretrain --block-length 100000": (_pretrain(text, out, "--block-length", "100000"),
+                                           r"--block-length must be an integer <= 4,096"),
+        "pretrain --vocab-size 1e9": (_pretrain(text, out, "--vocab-size", str(10**9)),
+                                      r"--vocab-size must be an integer <= 1,000,000"),
+        "pretrain --weight-decay inf": (_pretrain(text, out, "--weight-decay", "inf"),
+                                        r"--weight-decay must be a finite number, got inf"),
+        "audit one-run --audit-seed 2**64": (["audit", "one-run", "--audit-seed", str(2**64), "--output-dir", out],
+                                             r"--audit-seed must be an integer in \[0, 2\*\*63\)"),
+        "audit one-run --canaries 1e9": (["audit", "one-run", "--canaries", str(10**9), "--output-dir", out],
+                                         r"--canaries must be an integer <= 10,000,000"),
+        "check --batch-size 1e6": (["check", "olmoe", "--batch-size", str(10**6)], r"--batch-size must be an integer <= 1,024"),
+        "check --seed -1": (["check", "olmoe", "--seed", "-1"], r"--seed must be an integer in \[0, 2\*\*63\)"),
+        "check --seed 2**64": (["check", "olmoe", "--seed", str(2**64)], r"--seed must be an integer in \[0, 2\*\*63\)"),
+        "check --tolerance inf": (["check", "olmoe", "--tolerance", "inf"], r"--tolerance must be a positive finite"),
+        "check --device tpu": (["check", "olmoe", "--device", "tpu"], r"--device 'tpu' is not a device name"),
         "audit --sigma 1e-6": (["audit", "mechanism", "--sigma", "1e-6", "--releases", "200", "--output-dir", out],
                                r"--sigma must be a finite number >= 0.05"),
         "audit --releases 1e9": (["audit", "mechanism", "--releases", "1000000000", "--output-dir", out],
@@ -381,3 +402,49 @@ def test_string_labels_are_named_in_the_map(tok, tmp_path):
                 validation=[dict(r, label="pos" if r["label"] else "neg") for r in ROWS[30:]],
                 public=[dict(r, label="pos") for r in ROWS[30:]])
     assert out.results["labels"] == [{"label": "neg", "id": 0, "word": None}, {"label": "pos", "id": 1, "word": None}]
+
+
+# ---------------------------------------------------------------- the third sweep: records and configs
+
+def _rows(values):
+    return [{"sentence": "a b", "label": v} for v in values]
+
+
+RECORDS = [
+    ("string label 'nan'", {"rows": _rows(["x", "nan"])}, r"record 1: label 'nan' is not a finite number"),
+    ("a dict as a label", {"rows": _rows([0, {"y": 1}])}, r"record 1: label \{'y': 1\} is a dict, but record 0's"),
+    ("bytes labels", {"rows": _rows([b"x", b"y"])}, r"record 0: label b'x' is a bytes; a label must be"),
+    ("one fractional label among 20 whole ones", {"rows": _rows([0, 1] * 10 + [0.5])},
+     r"record 20: label 0.5 is fractional while 20 of the 21 labels are whole numbers"),
+    ("an infinite regression score", {"rows": _rows([0.5, math.inf]), "task_type": "regression"},
+     r"record 1: label inf is not a finite number"),
+]
+
+
+@pytest.mark.parametrize("kwargs,pattern", [c[1:] for c in RECORDS], ids=[c[0] for c in RECORDS])
+def test_a_bad_record_label_is_named(kwargs, pattern):
+    from raptor.data.loaders import from_records
+
+    kwargs = dict(kwargs)
+    with pytest.raises(DataError, match=pattern):
+        from_records(kwargs.pop("rows"), **kwargs)
+
+
+def test_labels_are_one_class_per_name_as_in_files():
+    from raptor.data.loaders import from_records
+
+    assert from_records(_rows(["1", "1.0", "2", "2"])).label_names == ("1", "2")  # before: '1' and '1.0'
+    # a validation split's integers name the training classes '1', '2' (before: "label id 2 is outside range")
+    assert from_records(_rows([1, 2]), label_names=("1", "2")).labels == (0, 1)
+
+
+@pytest.mark.parametrize("kwargs", [{"seed": True}, {"max_length": True}, {"seed": 2**63}],
+                         ids=["seed True", "max_length True", "seed 2**63"])
+def test_a_config_of_the_wrong_type_or_range_is_refused(kwargs):
+    with pytest.raises(ConfigError, match=r"^TrainConfig\.(seed|max_length) must be"):
+        raptor.TrainConfig(**kwargs, privacy=raptor.PrivacyConfig(secure_rng="seed" not in kwargs))
+
+
+def test_an_empty_label_column_is_named(tok, tmp_path):
+    with pytest.raises(ConfigError, match=r"^label_column must be a column name \(a non-empty string\), got ''"):
+        _call(tok, tmp_path, label_column="")  # before: "record 0 lacks ''"
