@@ -110,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
     from raptor.cli.checks import check_pretrain_args
     from raptor.cli.run_lock import claim_output_dir
     from raptor.pretrain.run import pretrain
+    from raptor.training.run_checks import check_output_dir
 
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path")
+    check_output_dir(args.output_dir, overwrite=True, resume=True)  # a usable path first (issue 26)
     check_pretrain_args(args)  # bounds, --text, --tokenizer (issue 35)
     # before pre-training (issue 26); locked, and never over a model or another run's files (issue 35)
     claim_output_dir(args.output_dir, command="raptor pretrain", resume=args.resume)
