@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "tiny_recipe": "raptor.training.config",
     "reference_recipe": "raptor.training.config",
     "load_model": "raptor.moe.models",
-    "upcycle": "raptor.pretrain.upcycle",
+    "upcycle": "raptor.pretrain.upcycle_checkpoint",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -132,7 +132,7 @@ def test_a_second_writer_of_one_directory_is_refused(command, tmp_path, finished
                                  r".*\) is writing there now")
     finally:
         holder.kill()
-        holder.wait()
+        holder.wait(timeout=60)
 
 
 def test_predict_does_not_replace_an_existing_output_without_overwrite(tmp_path, finished_run, capsys):

@@ -10,7 +10,7 @@ from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.bert_moe import BertMoeConfig, BertMoeForSequenceClassification
 from raptor.moe.models import build_model, load_model
-from raptor.pretrain.upcycle import UpcycleSpec, balanced_kmeans, parse_layers, upcycle, upcycle_model  # noqa: F401
+from raptor.pretrain.upcycle import UpcycleSpec, balanced_kmeans, parse_layers, upcycle_model
 
 
 def _tiny_dense(seed: int = 0, layers: int = 4) -> tuple[dict, dict]:

@@ -213,4 +213,6 @@ def test_public_statistics_never_see_private_records(monkeypatch):
     trainer.run_steps(2)
     assert seen["route"] and set(seen["route"]) <= public_rows
     assert seen["unclipped"] and set(seen["unclipped"]) <= public_rows
-    assert seen["clipped"] and set(seen["clipped"]) <= private_rows
+    # a training micro-batch drops its all-padding columns (raptor.training.micro_batch.trim_padding):
+    # each clipped row is a private row, whole or cut short of columns masked out in its micro-batch
+    assert seen["clipped"] and all(any(p[:len(r)] == r for p in private_rows) for r in set(seen["clipped"]))

@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude", nargs="*", default=[], help="drop files whose name contains one of these (e.g. imdb)")
     parser.add_argument("--family", default="switch_transformers", help="model family (default switch_transformers)")
     parser.add_argument("--tokenizer", default=None, help="use this tokenizer instead of training one")
+    parser.add_argument("--init-from", default=None, metavar="MODEL",
+                        help="continued pre-training: start from this checkpoint (a directory or a shipped/built "
+                             "name such as minilm-moe); its family, sizes and tokenizer are used")
     parser.add_argument("--output-dir", required=True, help="where the model, tokenizer and pretrain.json go")
     parser.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its checkpoint")
     parser.add_argument("--glue-dir", default=None,
@@ -85,7 +88,7 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     return PretrainConfig(
         output_dir=args.output_dir, text=tuple(args.text), family=args.family, include=tuple(args.include),
         exclude=tuple(args.exclude), tokenizer=args.tokenizer, glue_dir=args.glue_dir,
-        glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype, dtype=args.dtype,
+        glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype, dtype=args.dtype, init_from=args.init_from,
         **{name: getattr(args, name) for name in _FLAGS},
     )
 

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.seed < 2**63:
         raise ConfigError(f"--seed must be in [0, 2**63), got {args.seed}")
-    from raptor.pretrain.upcycle import parse_layers, read_public_texts, upcycle
+    from raptor.pretrain.upcycle import parse_layers
+    from raptor.pretrain.upcycle_checkpoint import read_public_texts, upcycle
 
     texts = None
     if args.public_file == "shipped":

@@ -46,7 +46,7 @@ from raptor.mechanisms import seeded_generator
 from raptor.moe.adapters import get_adapter
 from raptor.moe.models import FAMILIES, TinySize, tiny_config
 from raptor.pretrain.corpus import pack_blocks, public_text_files, read_paragraphs, split_held_out
-from raptor.pretrain.lm import build_lm, objective
+from raptor.pretrain.lm import build_lm, lm_from_checkpoint, objective
 from raptor.pretrain.objectives import causal_loss, mlm_loss
 from raptor.pretrain.routing import RouterCapture, router_losses, routing_statistics
 
@@ -92,8 +92,14 @@ class PretrainConfig:
     save_dtype: str = "float16"
     seed: int = 0
     dtype: str = "float32"  # compute precision: "bfloat16" = autocast; weights, optimizer, checkpoints stay float32
+    # continued pre-training: start from this checkpoint (a directory, or a shipped/built name such as
+    # minilm-moe): its weights, its tokenizer and its family (``family`` and the size fields are then the
+    # checkpoint's); parameters it lacks (a new masked-LM head) are drawn from the seed
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
+        if self.init_from is not None:
+            object.__setattr__(self, "family", _checkpoint_family(self.init_from))
         if self.family not in FAMILIES:
             raise ConfigError(f"--family {self.family!r} is not supported; choose one of {', '.join(FAMILIES)}")
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_experts", "top_k",
@@ -138,11 +144,27 @@ class PretrainResult:
 # --------------------------------------------------------------------------------------------
 
 
+def _checkpoint_family(name: str) -> str:
+    """``model_type`` of the checkpoint ``name`` (a directory, or a shipped/built short name)."""
+    from raptor.shipped import resolve
+
+    path = Path(resolve(name))
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"--init-from {name}: not a model directory (no config.json); give a save_pretrained "
+                          "directory or a shipped/built model name such as minilm-moe")
+    return str(json.loads(config_file.read_text()).get("model_type"))
+
+
 def make_tokenizer(config: PretrainConfig, train_paragraphs: list[str]):
     """The given tokenizer, or WordPiece trained on the public TRAIN paragraphs; plus ``[MASK]``."""
     from raptor.data.tokenization import load_tokenizer, train_wordpiece
 
-    if config.tokenizer:
+    if config.init_from is not None:
+        from raptor.shipped import resolve
+
+        tokenizer = load_tokenizer(config.tokenizer or resolve(config.init_from))
+    elif config.tokenizer:
         tokenizer = load_tokenizer(config.tokenizer)
     else:
         tokenizer = train_wordpiece(train_paragraphs, vocab_size=config.vocab_size)
@@ -319,8 +341,12 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     held_NT = pack_blocks(tokenizer, held_par, block_length=config.block_length)[: config.eval_blocks]
     glue = glue_public_records(config, tokenizer) if config.glue_dir else {}
     objective_fn = _Objective(config, tokenizer, device)
-    mcfg = model_config(config, tokenizer)
-    model = build_lm(mcfg, seeded_generator(config.seed)).to(device)
+    if config.init_from is not None:  # continued pre-training of an existing checkpoint
+        from raptor.shipped import resolve
+
+        model = lm_from_checkpoint(str(resolve(config.init_from)), seeded_generator(config.seed)).to(device)
+    else:
+        model = build_lm(model_config(config, tokenizer), seeded_generator(config.seed)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data_gen = seeded_generator(config.seed + 1)
     setup_seconds = time.perf_counter() - t_setup

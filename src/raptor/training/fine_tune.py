@@ -73,6 +73,7 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
         ...                     size=TinySize(vocab_size=len(tok), hidden_size=16))
         >>> config = raptor.tiny_recipe("dpsgd", steps=1, output_dir="run-doc")  # seeded: NOT secure
         >>> out = raptor.fine_tune(model, tok, rows[:30], rows[30:], config, public=rows[30:], progress=False)
+        raptor: labels (label -> id): '0' -> 0, '1' -> 1
         >>> out.results["steps"], out.results["epsilon"] <= 8
         (1, True)
 
