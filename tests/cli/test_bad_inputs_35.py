@@ -448,3 +448,39 @@ def test_a_config_of_the_wrong_type_or_range_is_refused(kwargs):
 def test_an_empty_label_column_is_named(tok, tmp_path):
     with pytest.raises(ConfigError, match=r"^label_column must be a column name \(a non-empty string\), got ''"):
         _call(tok, tmp_path, label_column="")  # before: "record 0 lacks ''"
+
+
+def test_a_validation_file_identical_to_the_training_file_is_warned(tmp_path, recwarn):
+    from raptor.data.loaders import DataSource, load_splits
+    from raptor.errors import DataWarning
+
+    rows = "sentence\tlabel\n" + "".join(f"good film {i}\t1\nbad film {i}\t0\n" for i in range(10))
+    (tmp_path / "train.tsv").write_text(rows)
+    (tmp_path / "copy.tsv").write_text(rows)
+    load_splits(DataSource(train_file=str(tmp_path / "train.tsv"), validation_file=str(tmp_path / "copy.tsv")))
+    assert any(issubclass(w.category, DataWarning) and "memorisation" in str(w.message) for w in recwarn)
+    recwarn.clear()
+    (tmp_path / "dev.tsv").write_text(rows.replace("film", "movie"))
+    load_splits(DataSource(train_file=str(tmp_path / "train.tsv"), validation_file=str(tmp_path / "dev.tsv")))
+    assert not any("memorisation" in str(w.message) for w in recwarn)
+
+
+def test_a_final_accuracy_below_the_majority_class_is_warned(capsys):
+    import torch
+
+    from raptor.moe.models import build_model
+    from raptor.training.build import build_trainer
+    from raptor.training.config import tiny_recipe
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 500, (40, 6), generator=g)
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.zeros(40, dtype=torch.long)}
+    dev = {k: v[:10].clone() for k, v in data.items()}
+    dev["labels"] = torch.tensor([0] * 6 + [1] * 4)  # majority 0.6
+    model = build_model("switch_transformers", generator=g)
+    trainer = build_trainer(tiny_recipe("nonprivate", steps=1, batch_size=8), model, train=data, validation=dev,
+                            public=data)
+    trainer.evaluate = lambda: {"metrics": {"accuracy": 0.5}, "main_metric": "accuracy", "dev_loss": 0.7,
+                                "accuracy": 0.5, "single_class": None, "majority_class_accuracy": 0.6}
+    trainer.fit(progress=False)
+    assert "below the majority class's share 0.6000" in capsys.readouterr().err

@@ -106,9 +106,32 @@ class LoadedData:
         return self.private.task_type
 
 
+def _warn_if_validation_is_training(train_file, validation_file) -> None:
+    """A :class:`DataWarning` when ``--validation-file`` is the training file (the same path, or the same
+    bytes): its accuracy then measures memorisation of private records, not generalisation. Shown to
+    the operator, who holds both files; nothing of it goes into results.json."""
+    import os
+    import warnings
+
+    from raptor._hashing import sha256_file
+    from raptor.errors import DataWarning
+
+    if not validation_file:
+        return
+    try:
+        same = os.path.samefile(train_file, validation_file) or sha256_file(train_file) == sha256_file(validation_file)
+    except OSError:  # a missing file is refused by the loader, with its own message
+        return
+    if same:
+        warnings.warn(DataWarning(f"--validation-file {validation_file} holds the same records as --train-file: its "
+                                  "accuracy measures memorisation of the private records, not generalisation; give "
+                                  "a held-out file"), stacklevel=3)
+
+
 def load_splits(source: DataSource) -> tuple[DataSplits, str]:
     """(train/validation splits, a description) from the user's files, a GLUE directory or the bundled sample."""
     if source.train_file:
+        _warn_if_validation_is_training(source.train_file, source.validation_file)
         return load_user_files(source.train_file, source.validation_file, text_columns=source.text_columns,
                                label_column=source.label_column, task=source.task,
                                task_type=source.task_type), f"files {source.train_file}"

@@ -122,7 +122,7 @@ class Evaluator:
 
     def __call__(self, model: nn.Module) -> dict:
         metrics: dict[str, float] = {}
-        dev_loss = accuracy = single = None
+        dev_loss = accuracy = single = majority = None
         for i, (split, records) in enumerate(self.sets.items()):
             preds, loss = self.predict(model, records)
             values = compute_metrics(self.metrics, preds.numpy(), records["labels"].cpu().numpy())
@@ -134,5 +134,7 @@ class Evaluator:
                     single = int(classes[0]) if preds.numel() > 1 and classes.numel() == 1 else None
                     accuracy = values["accuracy"] if "accuracy" in values else \
                         compute_metrics(("accuracy",), preds.numpy(), records["labels"].cpu().numpy())["accuracy"]
+                    labels = records["labels"].cpu().long()  # evaluation data, not the private training set
+                    majority = float(torch.bincount(labels).max() / labels.numel()) if labels.numel() else None
         return {"metrics": metrics, "main_metric": self.main_metric, "dev_loss": dev_loss, "accuracy": accuracy,
-                "single_class": single}
+                "single_class": single, "majority_class_accuracy": majority}

@@ -280,11 +280,18 @@ class Trainer:
                 self.save(self.config.output_path / "checkpoint")
             bar.update(1)
         bar.close()
-        single = self.state.evals[-1].get("single_class") if self.state.evals else None
+        last = self.state.evals[-1] if self.state.evals else {}
+        single = last.get("single_class")
+        accuracy, majority = last.get("accuracy"), last.get("majority_class_accuracy")
         if single is not None and getattr(self.comm, "is_main", True):
             print(f"warning: the final model predicts class {single} for every dev record (a collapsed "
                   "classifier: its accuracy is that class's share); try another --lr, --clip or more data",
                   file=sys.stderr, flush=True)
+        elif accuracy is not None and majority is not None and accuracy < majority \
+                and getattr(self.comm, "is_main", True):
+            print(f"warning: the final dev accuracy {accuracy:.4f} is below the majority class's share "
+                  f"{majority:.4f}: always predicting the most frequent class would do better; try another --lr, "
+                  "--clip, --epsilon or more data", file=sys.stderr, flush=True)
         return self.results()
 
     def _evaluation_point(self) -> tuple[dict, float]:
