@@ -484,3 +484,23 @@ def test_a_final_accuracy_below_the_majority_class_is_warned(capsys):
                                 "accuracy": 0.5, "single_class": None, "majority_class_accuracy": 0.6}
     trainer.fit(progress=False)
     assert "below the majority class's share 0.6000" in capsys.readouterr().err
+
+
+def test_a_failed_checkpoint_write_leaves_no_tmp_directory(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from raptor.training import checkpoint as ckpt
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save_checkpoint(tmp_path / "checkpoint", model=model, optimizers={"shared": opt}, ledger={},
+                             generators={"sample": torch.Generator()}, secure_rng=False, step=1, config={})
+    assert not (tmp_path / "checkpoint.tmp").exists() and not (tmp_path / "checkpoint").exists()

@@ -109,23 +109,18 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_file(trainable_state(model) if weights == "trainable" else full_state(model), str(tmp / WEIGHTS))
-    torch.save({k: opt.state_dict() for k, opt in optimizers.items()}, tmp / OPTIMIZERS)
-    if save_rng:
-        torch.save({k: g.get_state() for k, g in generators.items()}, tmp / RNG)
-    for name, write in (artifacts or {}).items():
-        write(tmp / name)
-    digests = {}
-    for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
-        _fsync_file(file)
-        digests[file.relative_to(tmp).as_posix()] = sha256_file(file)
-    from raptor import __version__
+    try:  # a failed write (a full disk) leaves no half-written <name>.tmp behind; the last checkpoint stays
+        digests = _write_contents(tmp, model, optimizers, generators, weights, save_rng, artifacts)
+        from raptor import __version__
 
-    state = {"format": FORMAT, "raptor_version": __version__, "step": int(step), "ledger": ledger, "config": config,
-             "weights": weights, "secure_rng": bool(secure_rng), "rng_saved": bool(save_rng), "extra": extra or {},
-             "fingerprint": fingerprint or {}, "files": digests}
-    _write_synced(tmp / STATE, json.dumps(state, indent=2, sort_keys=True))
-    _fsync_dir(tmp)
+        state = {"format": FORMAT, "raptor_version": __version__, "step": int(step), "ledger": ledger,
+                 "config": config, "weights": weights, "secure_rng": bool(secure_rng), "rng_saved": bool(save_rng),
+                 "extra": extra or {}, "fingerprint": fingerprint or {}, "files": digests}
+        _write_synced(tmp / STATE, json.dumps(state, indent=2, sort_keys=True))
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     old = path.with_name(path.name + OLD_SUFFIX)
     if path.exists():
         if old.exists():
@@ -138,6 +133,22 @@ def save_checkpoint(
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     return path
+
+
+def _write_contents(tmp: Path, model, optimizers, generators, weights: str, save_rng: bool, artifacts) -> dict:
+    """The checkpoint's files in ``tmp`` (weights, optimizer states, RNG states, artifacts), synced;
+    returns {relative name: sha256}."""
+    save_file(trainable_state(model) if weights == "trainable" else full_state(model), str(tmp / WEIGHTS))
+    torch.save({k: opt.state_dict() for k, opt in optimizers.items()}, tmp / OPTIMIZERS)
+    if save_rng:
+        torch.save({k: g.get_state() for k, g in generators.items()}, tmp / RNG)
+    for name, write in (artifacts or {}).items():
+        write(tmp / name)
+    digests = {}
+    for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        _fsync_file(file)
+        digests[file.relative_to(tmp).as_posix()] = sha256_file(file)
+    return digests
 
 
 def _write_synced(file: Path, text: str) -> None:
