@@ -8,9 +8,9 @@ import pytest
 import torch
 import transformers
 
+from raptor.audit.engine_check import compare, synthetic_batch, to_float64
 from raptor.errors import ConfigError
 from raptor.moe.adapters import freeze_untrained_experts, get_adapter
-from raptor.per_sample.check import compare, synthetic_batch, to_float64
 from raptor.pretrain.upcycle_decoder import (
     DecoderUpcycleSpec,
     moe_decoder_config,

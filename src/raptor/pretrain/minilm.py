@@ -10,7 +10,8 @@ corpus shipped with raptor: ``switch-public-tiny/public_corpus.txt``, public Eng
 into a cache directory, once, and returns it: ``config.json``, ``model.safetensors``, the MiniLM
 tokenizer, ``public_corpus.txt`` (the model's declared public corpus, as the shipped models
 have), ``upcycle.json`` (settings, source hash, per-layer routing) and ``ATTRIBUTION.md``. The
-cache is ``$RAPTOR_CACHE/<name>`` (default ``~/.cache/raptor``); a build goes to a temporary
+cache is ``<cache_dir>/<name>-v<BUILD_VERSION>``: ``ensure_built``'s ``cache_dir`` when given, else
+``$RAPTOR_CACHE`` (default ``~/.cache/raptor``); a build goes to a temporary
 directory first and is renamed into place, under a lock, so concurrent first uses build it once.
 
 Privacy: public inputs only (the pretrained weights and the shipped public corpus).
@@ -41,7 +42,11 @@ BUILD_SEED = 0
 PUBLIC_MAX_LENGTH = 64
 
 
-def cache_root() -> Path:
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The model cache: ``cache_dir`` when given, else ``$RAPTOR_CACHE`` when set (the CLI's way to
+    move it), else ``~/.cache/raptor``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
     return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor")
 
 
@@ -81,11 +86,14 @@ def build(name: str, target: Path) -> Path:
     return target
 
 
-def ensure_built(name: str) -> Path:
-    """The cache directory of the built model ``name``, built on first use (seconds; once per machine)."""
+def ensure_built(name: str, *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory of the built model ``name``, built on first use (seconds; once per machine).
+
+    ``cache_dir``: the cache to build into and read from; None (the default) means ``$RAPTOR_CACHE``,
+    else ``~/.cache/raptor`` (:func:`cache_root`)."""
     if name not in BUILDS:
         raise ConfigError(f"unknown built model {name!r}; known: {', '.join(BUILDS)}")
-    final = cache_root() / f"{name}-v{BUILD_VERSION}"
+    final = cache_root(cache_dir) / f"{name}-v{BUILD_VERSION}"
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)

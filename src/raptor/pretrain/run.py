@@ -300,19 +300,36 @@ def _check_split(corpus, held_par, every: int, group: int = 20) -> None:
                     f"{fix}")
 
 
-def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None, device: str = "cpu") -> PretrainResult | None:
-    """Pre-train on public text and write ``config.output_dir`` (see the module docstring).
+@dataclass
+class _RunData:
+    """A run's public text, read and tokenised."""
 
-    ``device``: where the model trains (``cpu``, ``cuda``); not part of the run's settings, so a run
-    started on one device can be resumed on another. Data order and masks are drawn on the CPU from
-    the seeded generators, the same on every device.
+    corpus: list  # the files read (``CorpusFile``: path, paragraphs, words)
+    tokenizer: object
+    train_NT: torch.Tensor
+    held_NT: torch.Tensor
+    glue: dict
 
-    ``stop_after`` (tests of resume) stops after that many steps of this call, right after a
-    checkpoint, without writing the final outputs, and returns ``None``.
-    """
-    from tqdm.auto import tqdm
 
+@dataclass
+class _Run:
+    """What one call of :func:`pretrain` works with, once set up."""
+
+    config: PretrainConfig
+    out: Path
+    ckpt_path: Path
+    device: str
+    data: _RunData
+    objective_fn: _Objective
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    data_gen: torch.Generator
+    setup_seconds: float = 0.0
+
+
+def _output_dir(config: PretrainConfig, resume: bool) -> tuple[Path, Path]:
+    """``(output_dir, checkpoint path)``, the directory made; refuses a resume with no checkpoint and a
+    new run over an existing one."""
     out = Path(config.output_dir)
     ckpt_path = out / "checkpoint" / "state.pt"
     if resume and not ckpt_path.is_file():
@@ -320,8 +337,12 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     if not resume and ckpt_path.exists():
         raise ConfigError(f"{out} already holds a run; pass --resume to continue it or choose a new --output-dir")
     out.mkdir(parents=True, exist_ok=True)
-    t_setup = time.perf_counter()
+    return out, ckpt_path
 
+
+def _read_data(config: PretrainConfig, out: Path, resume: bool) -> _RunData:
+    """The public files split into train and held-out paragraphs, the tokenizer (the run's saved one on
+    resume, else made and saved into ``out``), the packed blocks and the GLUE public slices."""
     files = public_text_files(config.text, include=config.include, exclude=config.exclude)
     corpus = read_paragraphs(files)
     train_par, held_par = [], []
@@ -340,35 +361,98 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     train_NT = pack_blocks(tokenizer, train_par, block_length=config.block_length)
     held_NT = pack_blocks(tokenizer, held_par, block_length=config.block_length)[: config.eval_blocks]
     glue = glue_public_records(config, tokenizer) if config.glue_dir else {}
-    objective_fn = _Objective(config, tokenizer, device)
-    if config.init_from is not None:  # continued pre-training of an existing checkpoint
+    return _RunData(corpus=corpus, tokenizer=tokenizer, train_NT=train_NT, held_NT=held_NT, glue=glue)
+
+
+def _initial_model(config: PretrainConfig, tokenizer, device: str):
+    """The LM to train, on ``device``: the ``init_from`` checkpoint's (continued pre-training), else a
+    new one of the configured size; draws from the seeded generator."""
+    if config.init_from is not None:
         from raptor.shipped import resolve
 
-        model = lm_from_checkpoint(str(resolve(config.init_from)), seeded_generator(config.seed)).to(device)
-    else:
-        model = build_lm(model_config(config, tokenizer), seeded_generator(config.seed)).to(device)
+        return lm_from_checkpoint(str(resolve(config.init_from)), seeded_generator(config.seed)).to(device)
+    return build_lm(model_config(config, tokenizer), seeded_generator(config.seed)).to(device)
+
+
+def _set_up(config: PretrainConfig, out: Path, ckpt_path: Path, resume: bool, device: str) -> _Run:
+    """Data, objective, model, optimizer and data generator (timed: ``setup_seconds``)."""
+    t_setup = time.perf_counter()
+    data = _read_data(config, out, resume)
+    objective_fn = _Objective(config, data.tokenizer, device)
+    model = _initial_model(config, data.tokenizer, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     data_gen = seeded_generator(config.seed + 1)
-    setup_seconds = time.perf_counter() - t_setup
+    return _Run(config=config, out=out, ckpt_path=ckpt_path, device=device, data=data, objective_fn=objective_fn,
+                model=model, optimizer=optimizer, data_gen=data_gen, setup_seconds=time.perf_counter() - t_setup)
 
-    config_dict = asdict(config)
+
+def _held_out_eval(run: _Run) -> dict:
+    return evaluate(run.model, run.data.held_NT, run.objective_fn, seed=run.config.seed + 2,
+                    batch_size=run.config.batch_size)
+
+
+def _start_state(run: _Run, resume: bool) -> dict:
+    """The run's state: the checkpoint's on resume (model, optimizer and data generator restored; the
+    settings must match), else step 0 with the routing and held-out evaluation before training."""
+    config, config_dict = run.config, asdict(run.config)
     if resume:
-        state = torch.load(ckpt_path, weights_only=False, map_location="cpu")
+        state = torch.load(run.ckpt_path, weights_only=False, map_location="cpu")
         state["config"].setdefault("dtype", "float32")  # runs saved before --dtype existed were float32
         diff = sorted(k for k in config_dict if k != "output_dir" and state["config"].get(k) != config_dict[k])
         if diff:  # the directory may differ: a run copied elsewhere resumes there (issue 35)
-            raise ConfigError(f"--resume: the run in {out} was started with different settings ({', '.join(diff)}); "
-                              "pass the same flags as the first run")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        data_gen.set_state(state["data_gen"])
-    else:
-        before = routing_report(model, held_NT, glue, config)
-        init_eval = evaluate(model, held_NT, objective_fn, seed=config.seed + 2, batch_size=config.batch_size)
-        state = {"config": config_dict, "step": 0, "order": None, "cursor": 0, "curve": [],
-                 "held_out_curve": [{"step": 0, **init_eval}], "train_seconds": 0.0, "tokens": 0,
-                 "routing_before": before}
+            raise ConfigError(f"--resume: the run in {run.out} was started with different settings "
+                              f"({', '.join(diff)}); pass the same flags as the first run")
+        run.model.load_state_dict(state["model"])
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.data_gen.set_state(state["data_gen"])
+        return state
+    before = routing_report(run.model, run.data.held_NT, run.data.glue, config)
+    init_eval = _held_out_eval(run)
+    return {"config": config_dict, "step": 0, "order": None, "cursor": 0, "curve": [],
+            "held_out_curve": [{"step": 0, **init_eval}], "train_seconds": 0.0, "tokens": 0,
+            "routing_before": before}
 
+
+def _next_batch(run: _Run, state: dict) -> torch.Tensor:
+    """The next ``batch_size`` training blocks of the epoch's order (a new order from the data
+    generator when the epoch cannot fill a batch)."""
+    size, train_NT = run.config.batch_size, run.data.train_NT
+    if state["order"] is None or state["cursor"] + size > len(state["order"]):
+        state["order"] = torch.randperm(train_NT.shape[0], generator=run.data_gen)
+        state["cursor"] = 0
+    idx = state["order"][state["cursor"]: state["cursor"] + size]
+    state["cursor"] += size
+    return train_NT[idx]
+
+
+def _optimizer_step(run: _Run, capture: RouterCapture, batch: torch.Tensor, step: int):
+    """One update at ``step``'s learning rate: objective plus load-balancing and z-losses, gradient
+    norm clipped to 1. Returns ``(loss, load_balancing, z_loss)``."""
+    config, model, optimizer = run.config, run.model, run.optimizer
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(config, step)
+    loss, _, _ = run.objective_fn(model, batch, run.data_gen)
+    lb, z = router_losses(capture, torch.ones_like(batch))
+    total = loss + config.aux_loss_coef * lb + config.z_loss_coef * z
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss, lb, z
+
+
+def _save_state(run: _Run, state: dict) -> None:
+    _save_checkpoint(run.ckpt_path, {**state, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+                                     "data_gen": run.data_gen.get_state()})
+
+
+def _train(run: _Run, state: dict, *, progress: bool, stop_after: int | None) -> bool:
+    """Train from ``state["step"]`` to ``config.steps``: loss curve every 10 steps, held-out evaluation
+    every ``eval_every``, checkpoint every ``checkpoint_every`` (and at the end). Returns False when
+    ``stop_after`` steps of this call stopped it first."""
+    from tqdm.auto import tqdm
+
+    config, model = run.config, run.model
     model.train()
     capture = RouterCapture(model)
     bar = tqdm(total=config.steps, initial=state["step"], disable=not progress, unit="step",
@@ -380,23 +464,10 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
     try:
         while state["step"] < config.steps:
             if stop_after is not None and steps_this_call == stop_after:
-                return None
+                return False
             step = state["step"]
-            if state["order"] is None or state["cursor"] + config.batch_size > len(state["order"]):
-                state["order"] = torch.randperm(train_NT.shape[0], generator=data_gen)
-                state["cursor"] = 0
-            idx = state["order"][state["cursor"]: state["cursor"] + config.batch_size]
-            state["cursor"] += config.batch_size
-            batch = train_NT[idx]
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(config, step)
-            loss, _, _ = objective_fn(model, batch, data_gen)
-            lb, z = router_losses(capture, torch.ones_like(batch))
-            total = loss + config.aux_loss_coef * lb + config.z_loss_coef * z
-            optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            batch = _next_batch(run, state)
+            loss, lb, z = _optimizer_step(run, capture, batch, step)
             state["step"] = step + 1
             steps_this_call += 1
             state["tokens"] += batch.numel()
@@ -410,46 +481,46 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
             bar.update(1)
             bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{state['tokens'] / max(elapsed, 1e-9):.0f}")
             if state["step"] % config.eval_every == 0 or state["step"] == config.steps:
-                capture.close()
-                ev = evaluate(model, held_NT, objective_fn, seed=config.seed + 2, batch_size=config.batch_size)
+                capture.close()  # evaluation runs without the capture's hooks
+                ev = _held_out_eval(run)
                 capture = RouterCapture(model)
                 state["held_out_curve"].append({"step": state["step"], **ev})
                 bar.write(f"step {state['step']}: held-out loss {ev['loss']:.4f}, top-1 {ev['top1']:.4f}")
             if state["step"] % config.checkpoint_every == 0 or state["step"] == config.steps:
                 state["train_seconds"] = seconds_before + time.perf_counter() - t0
-                _save_checkpoint(ckpt_path, {**state, "model": model.state_dict(),
-                                             "optimizer": optimizer.state_dict(),
-                                             "data_gen": data_gen.get_state()})
+                _save_state(run, state)
     finally:
         capture.close()
         bar.close()
     state["train_seconds"] = seconds_before + time.perf_counter() - t0
+    return True
 
-    model.eval()
-    after = routing_report(model, held_NT, glue, config)
+
+def _report(run: _Run, state: dict, after: dict) -> dict:
+    """The contents of ``pretrain.json``."""
+    config, data = run.config, run.data
     final = state["held_out_curve"][-1]
-    save_model(model, tokenizer, config, out)
-    report = {
+    return {
         "raptor_version": __version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "device": str(device),
-        "config": config_dict,
+        "device": str(run.device),
+        "config": asdict(config),
         "objective": objective(config.family),
         "privacy": ("public text only; load-balancing and z-losses on (public data, batch coupling costs "
                     "nothing); router jitter and dropout off"),
         "files": [{"name": cf.path.name, "paragraphs": len(cf.paragraphs), "words": cf.words,
-                   "sha256": sha256_file(cf.path)} for cf in corpus],
-        "tokenizer": {"given": config.tokenizer, "size": len(tokenizer)},
-        "train_blocks": int(train_NT.shape[0]),
-        "train_tokens_per_epoch": int(train_NT.numel()),
-        "held_out_blocks": int(held_NT.shape[0]),
-        "parameters": sum(p.numel() for p in model.parameters()),
+                   "sha256": sha256_file(cf.path)} for cf in data.corpus],
+        "tokenizer": {"given": config.tokenizer, "size": len(data.tokenizer)},
+        "train_blocks": int(data.train_NT.shape[0]),
+        "train_tokens_per_epoch": int(data.train_NT.numel()),
+        "held_out_blocks": int(data.held_NT.shape[0]),
+        "parameters": sum(p.numel() for p in run.model.parameters()),
         "steps": state["step"],
         "tokens_seen": state["tokens"],
-        "epochs": state["tokens"] / max(train_NT.numel(), 1),
+        "epochs": state["tokens"] / max(data.train_NT.numel(), 1),
         "train_seconds": state["train_seconds"],
-        "setup_seconds": setup_seconds,
+        "setup_seconds": run.setup_seconds,
         "tokens_per_second": state["tokens"] / max(state["train_seconds"], 1e-9),
         "loss_curve": state["curve"],
         "held_out_curve": state["held_out_curve"],
@@ -458,10 +529,38 @@ def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = T
         "routing_before": state["routing_before"],
         "routing_after": after,
     }
-    (out / "pretrain.json").write_text(json.dumps(report, indent=1))
+
+
+def _finish(run: _Run, state: dict) -> PretrainResult:
+    """Routing after training, then the final outputs: model and tokenizer, ``pretrain.json``,
+    ``routing.png``."""
+    run.model.eval()
+    after = routing_report(run.model, run.data.held_NT, run.data.glue, run.config)
+    save_model(run.model, run.data.tokenizer, run.config, run.out)
+    report = _report(run, state, after)
+    (run.out / "pretrain.json").write_text(json.dumps(report, indent=1))
     from raptor.pretrain.plot import plot_routing
 
-    png = plot_routing(report, out / "routing.png")
+    png = plot_routing(report, run.out / "routing.png")
     if png is None:
         print("routing.png not written: matplotlib is missing (pip install 'raptor-dp[plot]')")
-    return PretrainResult(out, report)
+    return PretrainResult(run.out, report)
+
+
+def pretrain(config: PretrainConfig, *, resume: bool = False, progress: bool = True,
+             stop_after: int | None = None, device: str = "cpu") -> PretrainResult | None:
+    """Pre-train on public text and write ``config.output_dir`` (see the module docstring).
+
+    ``device``: where the model trains (``cpu``, ``cuda``); not part of the run's settings, so a run
+    started on one device can be resumed on another. Data order and masks are drawn on the CPU from
+    the seeded generators, the same on every device.
+
+    ``stop_after`` (tests of resume) stops after that many steps of this call, right after a
+    checkpoint, without writing the final outputs, and returns ``None``.
+    """
+    out, ckpt_path = _output_dir(config, resume)
+    run = _set_up(config, out, ckpt_path, resume, device)
+    state = _start_state(run, resume)
+    if not _train(run, state, progress=progress, stop_after=stop_after):
+        return None
+    return _finish(run, state)

@@ -23,7 +23,7 @@ Legend: N tokens, D hidden, E experts, F FFN width.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -163,20 +163,34 @@ def moe_blocks(model: nn.Module) -> dict[int, BertMoeSparseBlock]:
     return {i: layer.mlp for i, layer in enumerate(model.bert.layers) if isinstance(layer.mlp, BertMoeSparseBlock)}
 
 
+#: what :func:`collect_block_inputs` counts toward its token cap
+TOKEN_COUNTS = ("attended", "selected")
+
+
 @torch.no_grad()
-def ffn_inputs(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], max_tokens: int,
-               exclude_ids: Sequence[int] = ()) -> dict[int, torch.Tensor]:
-    """Each MoE layer's FFN input rows ``[N, D]`` on the (public) batches' non-pad tokens, less the
-    tokens in ``exclude_ids`` (special tokens: every ``[CLS]`` has nearly the same state, a tight
-    cluster that would take a centroid of its own and that no offset can balance)."""
-    blocks = moe_blocks(model)
+def collect_block_inputs(blocks: Mapping[int, nn.Module], forward: Callable[[torch.Tensor, torch.Tensor], object],
+                         batches: Sequence[tuple[torch.Tensor, torch.Tensor]], max_tokens: int,
+                         exclude_ids: Sequence[int] = (), *, count: str, width: int | None = None
+                         ) -> dict[int, torch.Tensor]:
+    """The input rows ``[N, D]`` (float32) of each module in ``blocks`` (block index -> module: an
+    FFN / MLP) on the (public) batches' real tokens: those with attention mask 1 and an id not in
+    ``exclude_ids`` (special tokens).
+
+    ``forward(ids, mask)`` runs the model over one ``(input_ids, attention_mask)`` batch; a forward
+    pre-hook on each block records its input rows of the real tokens. Batches are read until the
+    running count reaches ``max_tokens``, where ``count`` says what is counted: ``"attended"``,
+    every token with mask 1 (excluded ids included: reading stops earlier), or ``"selected"``, the
+    real tokens collected. Each block's rows are then cut at ``max_tokens``. With no batch read, a
+    block gives ``zeros(0)`` (``width`` None) or ``zeros(0, width)``.
+    """
+    if count not in TOKEN_COUNTS:
+        raise ValueError(f"count must be one of {', '.join(TOKEN_COUNTS)}, got {count!r}")
     got: dict[int, list[torch.Tensor]] = {i: [] for i in blocks}
     current: dict[str, torch.Tensor] = {}
 
     def hook(index):
         def fn(module, args):
-            x = args[0]
-            got[index].append(x[current["mask"]].detach().float())
+            got[index].append(args[0][current["mask"]].detach().float())
         return fn
 
     handles = [b.register_forward_pre_hook(hook(i)) for i, b in blocks.items()]
@@ -185,14 +199,26 @@ def ffn_inputs(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Ten
         excluded = torch.tensor(sorted(set(exclude_ids)), dtype=torch.long)
         for ids, mask in batches:
             current["mask"] = mask.bool() & ~torch.isin(ids, excluded)
-            model.bert(ids, mask)
-            seen += int(mask.sum())
+            forward(ids, mask)
+            seen += int(mask.sum()) if count == "attended" else int(current["mask"].sum())
             if seen >= max_tokens:
                 break
     finally:
         for h in handles:
             h.remove()
-    return {i: torch.cat(v)[:max_tokens] if v else torch.zeros(0) for i, v in got.items()}
+    empty = (0,) if width is None else (0, width)
+    return {i: torch.cat(v)[:max_tokens] if v else torch.zeros(empty) for i, v in got.items()}
+
+
+@torch.no_grad()
+def ffn_inputs(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], max_tokens: int,
+               exclude_ids: Sequence[int] = ()) -> dict[int, torch.Tensor]:
+    """Each MoE layer's FFN input rows ``[N, D]`` on the (public) batches' non-pad tokens, less the
+    tokens in ``exclude_ids`` (special tokens: every ``[CLS]`` has nearly the same state, a tight
+    cluster that would take a centroid of its own and that no offset can balance). The cap counts
+    every non-pad token read (``count="attended"`` of :func:`collect_block_inputs`)."""
+    return collect_block_inputs(moe_blocks(model), lambda ids, mask: model.bert(ids, mask), batches, max_tokens,
+                                exclude_ids, count="attended")
 
 
 def balanced_kmeans(x_ND: torch.Tensor, k: int, generator: torch.Generator, iters: int = 25

@@ -73,7 +73,7 @@ import torch
 from torch import nn
 
 from raptor.errors import ConfigError
-from raptor.pretrain.upcycle import UpcycleSpec, entropy
+from raptor.pretrain.upcycle import UpcycleSpec, collect_block_inputs, entropy
 
 #: dense ``model_type`` -> the MoE family it upcycles into
 UPCYCLE_TARGETS = {"llama": "mixtral", "mistral": "mixtral", "qwen2": "qwen2_moe"}
@@ -315,30 +315,11 @@ def load_dense_decoder(model: nn.Module, dense_state: Mapping[str, torch.Tensor]
 def mlp_inputs(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], max_tokens: int,
                exclude_ids: Sequence[int] = ()) -> dict[int, torch.Tensor]:
     """Each MoE block's MLP input rows ``[N, D]`` (the post-attention RMSNorm output) on the (public)
-    batches' non-pad tokens, less the tokens in ``exclude_ids``."""
+    batches' non-pad tokens, less the tokens in ``exclude_ids``. The cap counts the rows collected
+    (``count="selected"`` of :func:`~raptor.pretrain.upcycle.collect_block_inputs`)."""
     blocks = {i: model.get_submodule(name) for i, name in _moe_block_names(model).items()}
-    got: dict[int, list[torch.Tensor]] = {i: [] for i in blocks}
-    current: dict[str, torch.Tensor] = {}
-
-    def hook(index):
-        def fn(module, args):
-            got[index].append(args[0][current["mask"]].detach().float())
-        return fn
-
-    handles = [b.register_forward_pre_hook(hook(i)) for i, b in blocks.items()]
-    try:
-        seen = 0
-        excluded = torch.tensor(sorted(set(exclude_ids)), dtype=torch.long)
-        for ids, mask in batches:
-            current["mask"] = mask.bool() & ~torch.isin(ids, excluded)
-            model.model(input_ids=ids, attention_mask=mask)
-            seen += int(current["mask"].sum())
-            if seen >= max_tokens:
-                break
-    finally:
-        for h in handles:
-            h.remove()
-    return {i: torch.cat(v)[:max_tokens] if v else torch.zeros(0, model.config.hidden_size) for i, v in got.items()}
+    return collect_block_inputs(blocks, lambda ids, mask: model.model(input_ids=ids, attention_mask=mask), batches,
+                                max_tokens, exclude_ids, count="selected", width=model.config.hidden_size)
 
 
 def spherical_kmeans(x_ND: torch.Tensor, k: int, generator: torch.Generator, iters: int = 25) -> torch.Tensor:
