@@ -121,7 +121,7 @@ def peak_tensor_bytes(step: Callable[[], object]) -> int:
     it misses scratch that a kernel allocates and frees inside one op (those allocations do not pass
     the Python dispatch key), allocator slack and non-tensor memory.
     """
-    from raptor.training.micro_batch import peak_tensor_bytes as measure
+    from raptor.training.step.micro_batch import peak_tensor_bytes as measure
 
     return measure(step)
 

@@ -1,6 +1,6 @@
 """The private step against the plain step on the real model (issue 33, item 5): ``minilm-moe``.
 
-One whole training update (:meth:`raptor.training.trainer.Trainer.step`: Poisson sample,
+One whole training update (:meth:`raptor.training.step.trainer.Trainer.step`: Poisson sample,
 micro-batches, per-record engine, noise, n_hat division, optimizer) on the upcycled
 all-MiniLM-L6-v2, in the paper protocol (LoRA r 8 on attention and on the last MoE layer's
 experts, frozen head), on real SST-2 sentences (the sample bundled with raptor, padded to
@@ -9,7 +9,7 @@ experts, frozen head), on real SST-2 sentences (the sample bundled with raptor, 
 * ``plain``: the same trainable set with ordinary autograd (``nonprivate``: one batch loss, one
   backward, no clipping, no noise);
 * ``raptor``: the private update, micro-batches length-sorted and trimmed of their padding
-  (:func:`raptor.training.micro_batch.length_sorted_chunks`, :func:`trim_padding`);
+  (:func:`raptor.training.step.micro_batch.length_sorted_chunks`, :func:`trim_padding`);
 * ``raptor-padded``: the same private update without that (every micro-batch at 40 tokens), to show
   what trimming buys;
 * ``dpsgd``: the matched one-clip baseline, trimmed.
@@ -50,10 +50,10 @@ def _trainers(args):
     from raptor.data.loaders import to_records
     from raptor.moe.models import load_model
     from raptor.shipped import resolve
-    from raptor.training import trainer as trainer_mod
-    from raptor.training.build import build_trainer
     from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
-    from raptor.training.micro_batch import trimmable
+    from raptor.training.run.assemble import assemble_run
+    from raptor.training.step import trainer as trainer_mod
+    from raptor.training.step.micro_batch import trimmable
 
     model_dir = resolve(args.model)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -71,7 +71,7 @@ def _trainers(args):
                              performance=PerformanceConfig(micro_batch_size=args.micro_batch_size),
                              optim=OptimConfig(name="adamw", lr=5e-3))
         net = load_model(model_dir, generator=torch.Generator().manual_seed(0))
-        tr = build_trainer(config, net, train=train, validation=None, public=public)
+        tr = assemble_run(config, net, train=train, validation=None, public=public)
         if method == "raptor-padded":
             tr._lengths = None  # every micro-batch at max_length: the step before trimming
         out[method] = tr

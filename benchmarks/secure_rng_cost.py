@@ -52,10 +52,10 @@ def main(argv=None) -> int:
     from raptor.moe.models import TinySize, build_model
     from raptor.per_sample.engine import PerRecordEngine
     from raptor.roles.public_stats import group_denominators
-    from raptor.training.plan import FixedPlan
-    from raptor.training.release import release_gradients
-    from raptor.training.step_plan import build_step_plan
-    from raptor.training.trainable import set_trainable
+    from raptor.training.setup.trainable import set_trainable
+    from raptor.training.step.noise_plans import FixedPlan
+    from raptor.training.step.plan import build_step_plan
+    from raptor.training.step.release import release_gradients
 
     torch.set_num_threads(1)
     shape = QUICK if args.quick else MEDIUM

@@ -3,7 +3,7 @@
 Every method gets the same random-weight model (same family, size and seed), the same synthetic
 "private" records (N records of T real tokens), the same expected batch B (q = B/N, true Poisson
 sampling from the same seeded generator, so every method draws the same batches) and the same
-micro-batch size. One update is :meth:`raptor.training.trainer.Trainer.step`: Poisson sample,
+micro-batch size. One update is :meth:`raptor.training.step.trainer.Trainer.step`: Poisson sample,
 micro-batches through the method's engine, noise and the n_hat division (``release_gradients``),
 the ledger, the optimizer step(s). It is timed as a whole and split into phases by wrapping those
 calls (benchmark-only instrumentation). The trainers are built first, then the updates run
@@ -55,11 +55,10 @@ def _records(n: int, T: int, vocab: int, gen):
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    import raptor.training.build as build_module
-    import raptor.training.distributed as distributed_module
-    import raptor.training.trainer as trainer_module
+    import raptor.training.run.assemble as build_module
+    import raptor.training.run.distributed as distributed_module
+    import raptor.training.step.trainer as trainer_module
     from raptor.moe.models import TinySize
-    from raptor.training.build import build_trainer
 
     torch.set_num_threads(args.threads)
     size_kw = QUICK if args.quick else MEDIUM
@@ -70,7 +69,7 @@ def run(args: argparse.Namespace) -> dict:
     validation = _records(args.validation_records, args.seq_len, size_kw["vocab_size"], gen)
     total_steps = args.warmup + args.updates + 1  # +1: the memory-measured update
     clock = _common.Clock()
-    # benchmark-only instrumentation: phases of Trainer.step and of build_trainer (undone at the end)
+    # benchmark-only instrumentation: phases of Trainer.step and of the assembly (undone at the end)
     wrapped = [(distributed_module.Communicator, "sample", "sample"), (trainer_module, "release_gradients", "noise_and_division"),
                (build_module, "public_stage", "public_stage"), (build_module, "public_routing", "public_routing")]
     originals = [(mod, attr, getattr(mod, attr)) for mod, attr, _ in wrapped]
@@ -78,7 +77,7 @@ def run(args: argparse.Namespace) -> dict:
         setattr(mod, attr, clock.wrap(phase, getattr(mod, attr)))
     load_at_start = os.getloadavg()
     try:
-        report = _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer)
+        report = _run(args, clock, train, public, validation, size, size_kw, total_steps)
     finally:
         for mod, attr, fn in originals:
             setattr(mod, attr, fn)
@@ -86,11 +85,12 @@ def run(args: argparse.Namespace) -> dict:
     return report
 
 
-def _run(args, clock, train, public, validation, size, size_kw, total_steps, build_trainer) -> dict:
+def _run(args, clock, train, public, validation, size, size_kw, total_steps) -> dict:
     import torch
 
     from raptor.moe.models import build_model
     from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+    from raptor.training.run.assemble import assemble_run
 
     trainers, setup = {}, {}
     for method in args.methods:
@@ -105,7 +105,7 @@ def _run(args, clock, train, public, validation, size, size_kw, total_steps, bui
             optim=OptimConfig(lr=1e-3),
         )
         t0 = time.perf_counter()
-        trainer = build_trainer(config, model, train=train, validation=validation, public=public)
+        trainer = assemble_run(config, model, train=train, validation=validation, public=public)
         setup[method] = dict(clock.take(), total=time.perf_counter() - t0)
         trainer.engine.compute = clock.wrap("engine", trainer.engine.compute)
         trainer._apply = clock.wrap("optimizer", trainer._apply)

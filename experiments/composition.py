@@ -32,8 +32,8 @@ HERE = Path(__file__).resolve().parent
 def _trainable_of(method: str, net, recs, fx, max_length: int):
     """The trainable set (parameter names of the returned model) of ``method``: ``paper:M`` under
     the reference protocol, else ``M`` with full weights and the head trained."""
-    from raptor.training.build import build_trainer
     from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+    from raptor.training.run.assemble import assemble_run
 
     paper = method.startswith("paper:")
     name = method.split(":", 1)[1] if paper else method
@@ -41,12 +41,12 @@ def _trainable_of(method: str, net, recs, fx, max_length: int):
                       layers="last" if paper else "auto", lora=paper and name not in ("dp-lora", "last-layer"),
                       freeze_head=paper, privacy=PrivacyConfig(epsilon=8.0, secure_rng=False),
                       performance=PerformanceConfig(micro_batch_size=32), optim=OptimConfig())
-    tr = build_trainer(cfg, net, train=recs["private"], validation=None, public=recs["public"])
+    tr = assemble_run(cfg, net, train=recs["private"], validation=None, public=recs["public"])
     return tr.model, [n for n, p in tr.model.named_parameters() if p.requires_grad]
 
 
 def main(argv=None) -> int:
-    from raptor.experiments.composition import gradient_composition, plot_composition
+    from raptor.analysis.composition import gradient_composition, plot_composition
 
     p = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
     p.add_argument("--model-dir", required=True, help="the warm start (save_pretrained directory)")

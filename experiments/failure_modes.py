@@ -1,5 +1,5 @@
 """The three failure modes of dense DP-SGD on an MoE (issue 12, item 4), measured on the warm
-model with PUBLIC data: suppression, dilution, low-load SNR (raptor.experiments.diagnostics).
+model with PUBLIC data: suppression, dilution, low-load SNR (raptor.analysis.diagnostics).
 
 The settings are the grid's (:mod:`run_grid`): the public slice of the task's training split,
 its max length, batch size and epochs; the clip norms are the grid's public calibration
@@ -27,7 +27,7 @@ from pathlib import Path
 import run_grid as rg
 import torch
 
-from raptor.experiments.grid import Cell
+from raptor.analysis.grid import Cell
 
 HERE = Path(__file__).resolve().parent
 
@@ -68,15 +68,15 @@ def main(argv=None) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    from raptor.experiments.diagnostics import (
+    from raptor.analysis.diagnostics import (
         failure_mode_diagnostics,
         failure_modes_title,
         plot_failure_modes,
     )
     from raptor.roles.groups import GroupKey
-    from raptor.training.build import build_trainer
-    from raptor.training.json_io import write_strict_json
-    from raptor.training.public_stage import batches
+    from raptor.training.run.assemble import assemble_run
+    from raptor.training.saving.json_io import write_strict_json
+    from raptor.training.setup.public_stage import batches
 
     start = time.perf_counter()
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=args.public_size,
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
 
         def build(cs, ce, cell=cell):
             net, _ = rg.make_model(label, fx.model_dir, num_labels, 0, args.head_init, args.task)
-            return build_trainer(rg.build_config(cell, fx, cs, ce), net, train=recs["private"], validation=None,
+            return assemble_run(rg.build_config(cell, fx, cs, ce), net, train=recs["private"], validation=None,
                                  public=recs["public"])
 
         shared, experts = rg.calibration_norms(cell, fx, build)
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
                 steps=raptor.plan.steps, sample_rate=raptor.plan.sample_rate, shared_ratio=args.shared_ratio,
                 head_init=args.head_init, data_rule=d.rule, seconds=time.perf_counter() - start,
                 command=" ".join(["python", "experiments/failure_modes.py", *(argv if argv is not None else sys.argv[1:])]))
-    from raptor.experiments.composition import gradient_composition
+    from raptor.analysis.composition import gradient_composition
 
     diag["composition"] = gradient_composition(  # the dense method's trainable set: what one clip sees
         dense.model, recs["public"], trainable=[n for n, q in dense.model.named_parameters() if q.requires_grad],
@@ -140,7 +140,7 @@ def replot(paths: list[Path], *, task: str, composition: dict | None = None) -> 
     ``composition``: a composition row (experiments/composition.py) added to JSONs that lack one."""
     import json
 
-    from raptor.experiments.diagnostics import failure_modes_title, plot_failure_modes
+    from raptor.analysis.diagnostics import failure_modes_title, plot_failure_modes
 
     for path in paths:
         diag = json.loads(path.read_text())

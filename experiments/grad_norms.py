@@ -28,7 +28,7 @@ from pathlib import Path
 import run_grid as rg
 import torch
 
-from raptor.experiments.grid import Cell
+from raptor.analysis.grid import Cell
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,7 +48,7 @@ def coherence(trainer, public, micro: int) -> dict:
     points the same way; ~1/sqrt(n): unrelated directions) and the group's dimension d. Under a
     clip that every record exceeds, one step's signal-to-noise is about B * coherence / (sigma * sqrt(d))."""
     from raptor.per_sample.engine import PerRecordEngine  # noqa: F401 - the trainer's engine is one
-    from raptor.training.public_stage import batches
+    from raptor.training.setup.public_stage import batches
 
     engine = trainer.engine
     keys = list(engine.group_map.keys)
@@ -81,10 +81,10 @@ def coherence(trainer, public, micro: int) -> dict:
 
 def measure(model_kind: str, head: str, seed: int, args, fx: rg.Fixed) -> dict:
     from raptor.per_sample.engine import PerRecordEngine
-    from raptor.training.build import build_trainer
     from raptor.training.evaluator import Evaluator
-    from raptor.training.public_stage import batches
-    from raptor.training.trainable import head_prefixes
+    from raptor.training.run.assemble import assemble_run
+    from raptor.training.setup.public_stage import batches
+    from raptor.training.setup.trainable import head_prefixes
 
     label = rg.model_label(model_kind, fx.model_dir)
     d = rg.task_data(args.task, fx.data_dir, fx.public_size, fx.selection_size, fx.max_train)
@@ -97,7 +97,7 @@ def measure(model_kind: str, head: str, seed: int, args, fx: rg.Fixed) -> dict:
         cell = Cell(model=label, task=args.task, method=method, epsilon=1.0, seed=seed, stage="tune",
                     hparams={**fx.hparams(), "head": head, "lr": 1e-3})
         net, _ = rg.make_model(label, fx.model_dir, num_labels, seed, head, args.task)
-        trainer = build_trainer(rg.build_config(cell, fx, 1.0, 1.0), net, train=recs["private"], validation=None,
+        trainer = assemble_run(rg.build_config(cell, fx, 1.0, 1.0), net, train=recs["private"], validation=None,
                                 public=pub)
         norms = rg.public_norms(trainer, pub, fx.micro_batch_size)
         out.setdefault("coherence", {}).update(coherence(trainer, pub, fx.micro_batch_size))
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                   f"{r['shared']['clipped_fraction']['1']:.2f} experts {r['experts']['clipped_fraction']['1']:.2f}; coherence dense "
                   f"{r['coherence']['dense']['coherence']:.3f} (d {r['coherence']['dense']['dim']}) shared "
                   f"{r['coherence']['shared']['coherence']:.3f}", flush=True)
-    from raptor.training.json_io import write_strict_json
+    from raptor.training.saving.json_io import write_strict_json
 
     write_strict_json(Path(args.out), {
         "task": args.task, "model_dir": fx.model_dir, "public_records": fx.public_size, "max_length": fx.max_length,

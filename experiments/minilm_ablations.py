@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "minilm"
-    from raptor.experiments.grid import Cell, git_revision, run_grid
+    from raptor.analysis.grid import Cell, git_revision, run_grid
 
     if args.model_dir is None:
         from raptor.shipped import resolve

@@ -20,9 +20,9 @@ Matched tuning: every DP method gets the same number of configurations (RAPTOR's
 shared ratio and the clip rule, count inside its budget); each is run once (``--tune-seeds``) and
 scored on the selection split (stage ``tune``); the best one per (model, task, method, epsilon)
 is rerun with ``--seeds`` and scored on dev (stage ``final``). Every finished cell is one line of
-``experiments/results/<grid>.jsonl`` (raptor.experiments.grid); a rerun skips finished cells.
+``experiments/results/<grid>.jsonl`` (raptor.analysis.grid); a rerun skips finished cells.
 Several processes may work on one grid (``--shard K/N``, or one started by hand for one group):
-each claims the cell it runs (raptor.experiments.claims), skips a cell another one is running,
+each claims the cell it runs (raptor.analysis.claims), skips a cell another one is running,
 and selects a group's configuration only once all of its tuning cells have finished.
 Cells are seeded (reproducible, NOT secure randomness): this is an experiment, not a release.
 """
@@ -44,8 +44,8 @@ from pathlib import Path
 import torch
 
 from raptor._hashing import sha256_file
+from raptor.analysis.grid import Cell, git_revision, read_records, run_grid
 from raptor.errors import ConfigError
-from raptor.experiments.grid import Cell, git_revision, read_records, run_grid
 from raptor.training.config import METHODS
 
 HERE = Path(__file__).resolve().parent
@@ -278,7 +278,7 @@ def make_model(model: str, model_dir: str, num_labels: int, seed: int, head: str
     """The cell's model: warm weights or a random init (generator seeded by ``seed``), and its head
     (``public-fit``: fitted on the declared-public records ``public``, :func:`fit_head_on_public`)."""
     from raptor.moe.models import build_model, load_model
-    from raptor.training.head_init import (
+    from raptor.training.setup.head_init import (
         LABEL_WORDS,
         classification_head,
         fit_head_on_public,
@@ -335,7 +335,7 @@ def public_norms(trainer, public: Mapping[str, torch.Tensor], micro: int, device
 
     Privacy: public records only (the engine is the one the private run will use; its weights are
     the initial ones, public)."""
-    from raptor.training.public_stage import batches
+    from raptor.training.setup.public_stage import batches
 
     engine = trainer.engine
     keys = list(engine.group_map.keys)
@@ -451,8 +451,8 @@ def _layers(spec: str) -> str | tuple[int, ...]:
 
 def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
     """Train one cell through the library; return (the result record, the trainer)."""
-    from raptor.training.build import build_trainer
     from raptor.training.evaluator import Evaluator
+    from raptor.training.run.assemble import assemble_run
 
     p = cell.params
     d = task_data(cell.task, fx.data_dir, p["n_pub"], p["n_sel"], p["n_train"] or None)
@@ -464,7 +464,7 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
 
     def build(clip_s: float, clip_e: float):
         net, _ = make_model(cell.model, fx.model_dir, num_labels, cell.seed, p["head"], cell.task, recs["public"])
-        return build_trainer(build_config(cell, fx, clip_s, clip_e), net, train=recs["private"],
+        return assemble_run(build_config(cell, fx, clip_s, clip_e), net, train=recs["private"],
                              validation=recs[split], public=recs["public"], evaluator=evaluator)
 
     clips = {}
@@ -561,7 +561,7 @@ def all_records(grid: str) -> list[dict]:
 
 
 def selected(records: Sequence[Mapping], group, fx: Fixed) -> dict | None:
-    from raptor.experiments.report import select_best
+    from raptor.analysis.paper_table import select_best
 
     fixed = fixed_choice(group, fx)
     if fixed is not None:
@@ -595,7 +595,7 @@ def run(args, fx: Fixed) -> None:
 
     def run_cells(cells: Sequence[Cell]) -> bool:
         """Run ``cells`` one by one (each appended to the JSONL); False once --stop-at has passed.
-        A cell that another process is running (its claim, :mod:`raptor.experiments.claims`) or has
+        A cell that another process is running (its claim, :mod:`raptor.analysis.claims`) or has
         finished meanwhile is skipped: a rerun takes up what is left."""
         for c in cells:
             if deadline is not None and time.time() > deadline:
@@ -704,9 +704,9 @@ def regenerating_argv(argv: Sequence[str]) -> list[str]:
 
 
 def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dict:
-    from raptor.experiments.report import margins, markdown_table, plot_metric_vs_epsilon, select_best
-    from raptor.experiments.report import summarize as summarize_records
-    from raptor.training.json_io import write_strict_json
+    from raptor.analysis.paper_table import margins, markdown_table, plot_metric_vs_epsilon, select_best
+    from raptor.analysis.paper_table import summarize as summarize_records
+    from raptor.training.saving.json_io import write_strict_json
 
     stem = args.summary_name or args.grid
     records = all_records(args.grid)

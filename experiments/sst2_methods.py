@@ -1,7 +1,7 @@
 """Every method on real SST-2 under one budget, with the same batch size and learning-rate grid.
 
 Trains once per (method, learning rate), in process through the library (``raptor.data.loaders``,
-``raptor.training.loaders``, ``raptor.fine_tune``; ``raptor train``'s flags give the settings), on the official SST-2 TSVs, with the same
+``raptor.data.model_source``, ``run_fine_tune``; a TrainConfig built here), on the official SST-2 TSVs, with the same
 Poisson sampling, accounting, model and data for every method (METHOD.md, "match them fairly"),
 then writes ``experiments/results/sst2_methods.json`` and prints a table: per method, the dev
 accuracy at the best learning rate of the grid, epsilon and delta from the ledger, sigma per
@@ -30,17 +30,14 @@ HERE = Path(__file__).resolve().parent
 
 def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], tag: str,
             seed: int | None = None) -> dict:
+    """One (method, lr, seed) run, skipped when its results.json exists (``--force``: rerun).
+    ``extra``: TrainConfig overrides, ``field=value`` with dotted paths (``privacy.shared_ratio=0.7``)."""
     seed = args.seed if seed is None else seed
     out = Path(args.runs_dir) / (f"{tag}-lr{lr:g}" + ("" if seed == args.seed else f"-seed{seed}"))
     result_file = out / "results.json"
     if not result_file.exists() or args.force:
-        flags = ["--method", method, "--task", "sst2",
-                 "--data-dir", args.data_dir, "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-                 "--micro-batch-size", str(args.micro_batch_size), "--max-length", str(args.max_length),
-                 "--lr", str(lr), "--epsilon", str(args.epsilon), "--seed", str(seed),
-                 "--eval-every", str(args.eval_every), "--no-progress", "--output-dir", str(out), *extra]
         start = time.perf_counter()
-        train_in_process(flags)
+        train_in_process(run_config(args, method, lr, seed, out, extra), args.data_dir)
         print(f"[{time.perf_counter() - start:6.0f}s] {tag} lr={lr:g} seed={seed}", flush=True)
     res = json.loads(result_file.read_text())
     return {"tag": tag, "method": method, "lr": lr, "seed": seed, "extra": extra, "final_accuracy": res["final_accuracy"],
@@ -51,34 +48,66 @@ def run_one(args: argparse.Namespace, method: str, lr: float, extra: list[str], 
             "num_trainable_parameters": res.get("num_trainable_parameters"), "run_dir": str(out)}
 
 
+def run_config(args: argparse.Namespace, method: str, lr: float, seed: int, out: Path, extra: list[str]):
+    """The run's TrainConfig (seeded: reproducible, NOT secure), with ``extra``'s ``field=value`` overrides."""
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+
+    config = TrainConfig(
+        method=method, epochs=args.epochs, batch_size=args.batch_size, seed=seed, output_dir=str(out),
+        eval_every=args.eval_every, max_length=args.max_length,
+        privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else args.epsilon, secure_rng=False),
+        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size),
+        optim=OptimConfig(lr=lr))
+    return with_overrides(config, extra)
+
+
+def with_overrides(config, overrides: list[str]):
+    """``config`` with ``field=value`` overrides (dotted paths into ``TrainConfig.to_dict()``; values
+    read as JSON, else as strings): ``optim.name=sgd``, ``privacy.shared_ratio=0.7``."""
+    from raptor.training.config import TrainConfig
+
+    d = config.to_dict()
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--variant: {item!r} is not field=value (e.g. privacy.shared_ratio=0.7)")
+        *path, last = key.split(".")
+        node = d
+        for part in path:
+            node = node[part]
+        if last not in node:
+            raise SystemExit(f"--variant: {key} is not a TrainConfig field")
+        try:
+            node[last] = json.loads(text)
+        except json.JSONDecodeError:
+            node[last] = text
+    return TrainConfig.from_dict(d)
+
+
 @functools.lru_cache(maxsize=4)
-def _data(source):
-    from raptor.data.loaders import load_data
+def _data(data_dir: str):
+    from raptor.data.loaders import DataSource, load_data
 
-    return load_data(source)
+    return load_data(DataSource(task="sst2", data_dir=data_dir))
 
 
-def train_in_process(flags: list[str]) -> dict:
-    """One run with ``raptor train``'s flags, through the library: data, model, fine_tune, results.json."""
-    from raptor.cli.train import add_arguments, config_from_args, data_source, model_source, write_results
-    from raptor.mechanisms import GeneratorSpec
-    from raptor.training.fine_tune import run_fine_tune
-    from raptor.training.loaders import load_model_and_tokenizer
+def train_in_process(config, data_dir: str) -> dict:
+    """One run through the library: SST-2, raptor train's default model (a tiny Switch whose
+    WordPiece is trained on the public split), fine_tune, results.json."""
+    from raptor.data.model_source import ModelSource, init_generator, load_model_and_tokenizer
+    from raptor.training.run.fine_tune import run_fine_tune
+    from raptor.training.run.options import RunOptions
+    from raptor.training.saving.json_io import write_strict_json
 
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(flags)
-    config = config_from_args(args)
-    data = _data(data_source(args))
-    config = config_from_args(args, len(data.private))  # --batch-size default: N/10
-    init = GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(3)
-    model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels, init)
-    out = run_fine_tune(model, tokenizer, data.private, data.validation, config, public=data.public,
-                        public_source=data.public_source, progress=False)
-    results = dict(out.results, model=args.model,
+    data = _data(data_dir)
+    model, tokenizer = load_model_and_tokenizer(ModelSource(max_length=config.max_length), data.public,
+                                                data.private.num_labels, init_generator(config.seed))
+    out = run_fine_tune(model, tokenizer, data.private, data.validation, config, RunOptions(progress=False),
+                        public=data.public, public_source=data.public_source)
+    results = dict(out.results, model=ModelSource().model,
                    num_trainable_parameters=sum(p.numel() for p in out.trainer.params.values()))
     config.output_path.mkdir(parents=True, exist_ok=True)
-    write_results(config.output_path / "results.json", results)
+    write_strict_json(config.output_path / "results.json", results)
     return results
 
 
@@ -145,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra-seeds", nargs="*", type=int, default=[],
                    help="rerun each run's best lr with these seeds too; the table then gives mean and std")
     p.add_argument("--eval-every", type=int, default=66)
-    p.add_argument("--variant", nargs=3, action="append", default=[], metavar=("TAG", "METHOD", "ARGS"),
-                   help="an extra run per lr: TAG METHOD 'more raptor train flags', e.g. "
-                        "raptor-r0.7 raptor '--shared-ratio 0.7' (repeatable)")
+    p.add_argument("--variant", nargs=3, action="append", default=[], metavar=("TAG", "METHOD", "OVERRIDES"),
+                   help="an extra run per lr: TAG METHOD 'TrainConfig overrides field=value', e.g. "
+                        "raptor-r0.7 raptor 'privacy.shared_ratio=0.7' (repeatable)")
     p.add_argument("--sgd-denominator", action="store_true",
                    help="also run raptor under SGD with the public and the uniform denominator")
     p.add_argument("--sgd-lrs", nargs="+", type=float, default=[0.3, 1.0])
@@ -163,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += [run_one(args, method, lr, extra.split(), tag) for lr in args.lrs]
     if args.sgd_denominator:
         for denom in ("public", "uniform"):
-            rows += [run_one(args, "raptor", lr, ["--optimizer", "sgd", "--denominator", denom], f"raptor-sgd-{denom}")
+            rows += [run_one(args, "raptor", lr, ["optim.name=sgd", "optim.weight_decay=0", f"privacy.denominator={denom}"],
+                             f"raptor-sgd-{denom}")
                      for lr in args.sgd_lrs]
     best: dict[str, dict] = {}
     for row in rows:

@@ -13,7 +13,7 @@ Diagnostic cells, not part of the seven-method table: no tuning stage of their o
 method and an lr outside its search space (``--methods raptor dpsgd --lr 8e-3 --results
 experiments/results/sst2_paper_lr_probe.jsonl``) the same script probes the search space's edge.
 Resumable: finished cells are in experiments/results/sst2_paper_streams.jsonl and are skipped; each
-cell is claimed while it runs (raptor.experiments.claims), so a second copy of the script skips it.
+cell is claimed while it runs (raptor.analysis.claims), so a second copy of the script skips it.
 
     python experiments/stream_ablation.py [--seeds 0] [--epsilon 8] [--threads 1]
 """
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "paper"
-    from raptor.experiments.grid import Cell, git_revision, run_grid
+    from raptor.analysis.grid import Cell, git_revision, run_grid
 
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=500,
                   selection_size=500, max_train=args.max_train or None, max_length=40, batch_size=args.batch_size,

@@ -27,7 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "mechanisms": set(),
     "evaluation": set(),
     "shipped": set(),
-    "data": {"evaluation", "shipped"},
+    # data reads records and loads models and tokenizers (raptor.data.model_source): it builds moe models
+    # from an explicit generator (mechanisms)
+    "data": {"evaluation", "shipped", "moe", "mechanisms"},
     "roles": set(),
     "moe": {"roles", "shipped"},
     "per_sample": {"moe", "roles"},
@@ -35,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     # shipped: a bottom leaf (data imports it too); training names the shipped models for the CLI
     "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "shipped"},
     "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    "experiments": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    "analysis": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
     # the thin CLI (DESIGN.md section 2): it reaches the engine (per_sample, moe, mechanisms, roles) only
     # through training, so that every run goes through one library function
     "cli": {"training", "data", "accounting", "audit", "pretrain"},
@@ -43,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
 #: what the CLI must never import, whatever ALLOWED says (issue 25)
 CLI_FORBIDDEN = {"per_sample", "moe", "mechanisms", "roles", "shipped", "evaluation"}
 #: the steps of a run's assembly: only the library's run_fine_tune calls them, never a CLI module
-ASSEMBLY = {"build_trainer", "start_run", "continue_run", "fingerprint"}
+ASSEMBLY = {"build_trainer", "assemble_run", "start_run", "continue_run", "fingerprint"}
 
 
 def test_import_raptor_has_no_side_effects():
@@ -153,7 +155,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_no_cli_module_assembles_a_run():
-    # build_trainer / start_run / fingerprint belong to raptor.training.fine_tune.run_fine_tune, the
+    # build_trainer / start_run / fingerprint belong to raptor.training.run.fine_tune.run_fine_tune, the
     # one library function both objectives of `raptor train` go through
     found = []
     for path in sorted((SRC / "cli").rglob("*.py")):
@@ -161,6 +163,27 @@ def test_no_cli_module_assembles_a_run():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("raptor"):
                 found += [f"{path.name}: {a.name}" for a in node.names if a.name in ASSEMBLY]
     assert found == [], found
+
+
+def _calls(path: Path, name: str) -> list[str]:
+    """``file:function`` of every call of ``name`` in ``path`` (the enclosing top-level function)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for top in tree.body:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name:
+                out.append(f"{path.relative_to(SRC.parents[1])}:{getattr(top, 'name', '<module>')}")
+    return out
+
+
+def test_one_assembly_build_trainer_is_called_from_assemble_run_only():
+    """Issue 34: a run is assembled in one library function; everything else (the CLI, fine_tune,
+    the demo, the audits, the experiments) goes through it. Tests and benchmarks may call build_trainer."""
+    roots = [SRC, SRC.parents[1] / "experiments"]
+    callers = sorted(c for root in roots for path in root.rglob("*.py") for c in _calls(path, "build_trainer"))
+    assert callers == ["src/raptor/training/run/assemble.py:assemble_run"], callers
+    resolvers = sorted(c for root in roots for path in root.rglob("*.py") for c in _calls(path, "resolve_batch_size"))
+    assert resolvers == ["src/raptor/training/run/assemble.py:assemble_run"], resolvers
 
 
 def test_every_subpackage_is_covered_by_the_layering_rule():

@@ -51,7 +51,7 @@ def test_quickstart_gives_exactly_two_commands_and_ci_runs_the_test_one():
 def test_the_fine_tune_docstring_example_runs(tmp_path, monkeypatch):
     import doctest
 
-    import raptor.training.fine_tune as module
+    import raptor.training.run.fine_tune as module
 
     monkeypatch.chdir(tmp_path)
     finder = doctest.DocTestFinder()

@@ -53,9 +53,9 @@ def _choices(module_name: str, dest: str, *subcommand: str) -> tuple:
 def _cli_choice_lists() -> list[tuple[tuple, tuple]]:
     """(registry, the CLI's choices) for every choice list the CLI offers from a library registry."""
     from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
+    from raptor.audit.engine_check import CHECK_DTYPES
     from raptor.audit.mechanism import GENERATORS, STREAMS, VARIANTS
     from raptor.evaluation.metrics import METRICS
-    from raptor.per_sample.check import CHECK_DTYPES
     from raptor.training.config import DTYPES, OPTIMIZERS
 
     return [
@@ -87,7 +87,7 @@ def test_the_cli_offers_every_entry_of_each_registry_it_chooses_from():
 
 def test_torch_free_copies_equal_their_sources():
     # the copies in torch-free modules (for fast --help) of registries that live in torch-importing modules
-    from raptor.per_sample.check import CHECK_DTYPES
+    from raptor.audit.engine_check import CHECK_DTYPES
     from raptor.pretrain.names import DEFAULT_GLUE_TASKS
     from raptor.pretrain.run import DEFAULT_GLUE_TASKS as PRETRAIN_GLUE_TASKS
     from raptor.training import names

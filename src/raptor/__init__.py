@@ -3,7 +3,7 @@
 Importing this package has no side effects: it loads no model, touches no RNG and reads no
 environment variable. Sub-packages are imported on demand, and so are the public API's names:
 
-* :func:`raptor.fine_tune` (:mod:`raptor.training.fine_tune`): DP fine-tuning of a loaded model;
+* :func:`raptor.fine_tune` (:mod:`raptor.training.run.fine_tune`): DP fine-tuning of a loaded model;
 * :class:`raptor.TrainConfig`, :class:`raptor.PrivacyConfig`, :class:`raptor.OptimConfig`,
   :class:`raptor.PerformanceConfig`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
 * :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class);
@@ -16,8 +16,8 @@ __version__ = "0.1.0"
 
 #: exported name -> the module that defines it (imported on first use: see :mod:`raptor._lazy`)
 _EXPORTS: dict[str, str] = {
-    "fine_tune": "raptor.training.fine_tune",
-    "FineTuneResult": "raptor.training.fine_tune",
+    "fine_tune": "raptor.training.run.fine_tune",
+    "FineTuneResult": "raptor.training.run.fine_tune",
     "TrainConfig": "raptor.training.config",
     "PrivacyConfig": "raptor.training.config",
     "OptimConfig": "raptor.training.config",

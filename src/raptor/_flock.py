@@ -1,5 +1,5 @@
 """An exclusive lock on a file that names its holder: the mechanism of the ``--output-dir`` lock
-(:mod:`raptor.cli.run_lock`) and of the grid's cell claims (:mod:`raptor.experiments.claims`).
+(:mod:`raptor.cli.run_lock`) and of the grid's cell claims (:mod:`raptor.analysis.claims`).
 
 The lock is an exclusive, non-blocking ``flock``, not the file's existence: the kernel drops it when
 its process ends in any way (``kill -9`` included), so nothing guesses from pids. After taking it,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from raptor.training import release as release_module
-from raptor.training import trainer as trainer_module
+from raptor.training.step import release as release_module
+from raptor.training.step import trainer as trainer_module
 
 
 def _patch_release(mp, patched) -> None:
@@ -100,7 +100,7 @@ def shared_noise_reused(mp):
 
 def trainer_records_more_sigma(mp, factor: float = 1.5):
     """trainer.py records factor x the step's sigma in ITS ledger (the plan's own ledgers are right)."""
-    from raptor.training.trainer import Trainer
+    from raptor.training.step.trainer import Trainer
 
     real_init = Trainer.__init__
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from raptor.per_sample import check
+from raptor.audit import engine_check as check
 from raptor.per_sample.engine import EngineResult, PerRecordEngine
 
 

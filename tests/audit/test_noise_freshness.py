@@ -15,7 +15,7 @@ import torch
 
 from raptor.audit.trainer_loop import TrainerLoopAuditConfig, _run_once, _setup, _whitened
 from raptor.mechanisms import AesCtrGenerator
-from raptor.training import release as release_module
+from raptor.training.step import release as release_module
 
 
 def _release_inputs():

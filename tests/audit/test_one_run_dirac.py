@@ -14,7 +14,7 @@ import pytest
 import scipy.special
 import scipy.stats
 
-import raptor.training.release as release_module
+import raptor.training.step.release as release_module
 from raptor.audit.bounds import one_run_epsilon_for_guesses, one_run_epsilon_two_sided, one_run_p_value
 from raptor.audit.one_run import OneRunConfig, run_one_run_audit
 from raptor.cli.audit import load_run_inputs

@@ -91,8 +91,8 @@ CASES = [
     Case("public and private records overlap: a warning", _user(public=("--public-file", "{d}/half.tsv")),
          r"warning: .*half\.tsv: \d+ of the 60 --train-file records are also in the --public-file",
          {**F, "half.tsv": tsv(ROWS[:5] + [(f"other {s}", y) for s, y in ROWS[:25]])}, outcome="ok"),
-    Case("--num-auto-layers beyond the model", _user("--num-auto-layers", "99"),
-         r"--num-auto-layers 99: the model has only 2 MoE layers", F),
+    Case("--layers auto:K beyond the model", _user("--layers", "auto:99"),
+         r"--layers auto:99 \(num_auto_layers\): the model has only 2 MoE layers", F),
     Case("--checkpoint-every negative", _user("--checkpoint-every", "-1"), r"--checkpoint-every must be an integer >= 0", F),
     Case("--max-eval-samples 0", _user("--max-eval-samples", "0"), r"--max-eval-samples must be an integer >= 1", F),
     Case("predict --max-length 0", ["predict", "--model", "{run}", "--input", "{d}/train.tsv", "--max-length", "0"],
@@ -209,7 +209,7 @@ def _alarm(seconds):
 
 
 def _patch(name, monkeypatch, d, run):
-    import raptor.training.fine_tune as fine_tune
+    import raptor.training.run.fine_tune as fine_tune
 
     if name == "unreadable":
         real = Path.read_bytes
@@ -226,7 +226,7 @@ def _patch(name, monkeypatch, d, run):
         weights = run / "model" / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:-100])
     elif name == "count_forward":  # predictions must not be computed when the output cannot be written
-        import raptor.training.plain as plain
+        import raptor.training.step.plain as plain
 
         def refuse(*a, **k):
             raise AssertionError("predictions computed before --output was checked")
@@ -235,7 +235,7 @@ def _patch(name, monkeypatch, d, run):
     elif name == "full_disk":
         from safetensors import SafetensorError
 
-        import raptor.training.final_model as final_model
+        import raptor.training.saving.final_model as final_model
 
         def full(*a, **k):
             raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '

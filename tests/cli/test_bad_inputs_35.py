@@ -469,8 +469,8 @@ def test_a_final_accuracy_below_the_majority_class_is_warned(capsys):
     import torch
 
     from raptor.moe.models import build_model
-    from raptor.training.build import build_trainer
     from raptor.training.config import tiny_recipe
+    from raptor.training.run.assemble import build_trainer
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 500, (40, 6), generator=g)
@@ -491,7 +491,7 @@ def test_a_failed_checkpoint_write_leaves_no_tmp_directory(tmp_path, monkeypatch
 
     import torch
 
-    from raptor.training import checkpoint as ckpt
+    from raptor.training.saving import checkpoint as ckpt
 
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from raptor.cli.main import main
+from raptor.data.vl2_tiny import write_tiny_vl2
 from raptor.data.vqa import make_synthetic_vqa, read_vqa_jsonl
 from raptor.errors import DataError
 from raptor.moe.vl2 import load_vl2
-from raptor.training.vl2_tiny import write_tiny_vl2
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def _vl2_args(d, out, method):
 
 
 @pytest.mark.parametrize("method,extra", [("raptor", ["--alternate", "1:1", "--freeze-shared-experts"]),
-                                          ("dpsgd", []), ("dp-lora", ["--lora-rank", "16"])])
+                                          ("dpsgd", []), ("dp-lora", ["--lora", "16"])])
 def test_vl2_trains_under_dp_and_generates(vl2_files, tmp_path, method, extra, capsys):
     out = tmp_path / method
     assert main(_vl2_args(vl2_files, out, method) + extra) == 0
@@ -61,9 +61,9 @@ def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_pa
     from raptor.cli.main import build_parser
     from raptor.cli.train import config_from_args
     from raptor.cli.train_generate import generate_source
-    from raptor.training.build import build_trainer
+    from raptor.data.generate_inputs import encode_generative, read_generate_inputs
     from raptor.training.generate import GenerativeObjective
-    from raptor.training.generate_inputs import encode_generative, read_generate_inputs
+    from raptor.training.run.assemble import build_trainer
 
     args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts"])
     inputs = read_generate_inputs(generate_source(args), torch.Generator().manual_seed(0))

@@ -61,7 +61,7 @@ def test_every_train_flag_is_in_one_section_and_shown_there(monkeypatch):
     assert set().union(*shown.values()) - {"-h", "--help"} == everything  # the help lists exactly the parser's flags
     # the flags of every module that adds train flags sit where they belong
     for flag, title in {"--task": "data", "--prompt-field": "data", "--model": "model", "--recipe": "method",
-                        "--lora": "method", "--lora-rank": "method", "--shared-split": "privacy",
+                        "--lora": "method", "--shared-split": "privacy",
                         "--epsilon": "privacy", "--lr": "optimisation", "--distributed": "run",
                         "--max-new-tokens": "run"}.items():
         assert flag in in_sections[title], (flag, title)

@@ -81,7 +81,7 @@ def test_the_demos_model_corpus_refuses_the_public_clip_rules(tmp_path):
     would read the placeholder labels, so it is refused, as in `raptor train`."""
     from raptor.training.config import PrivacyConfig, TrainConfig
     from raptor.training.methods import METHOD_SPECS
-    from raptor.training.public_stage import check_labelled
+    from raptor.training.setup.public_stage import check_labelled
 
     _, source = mc.model_public_corpus(str(_model_dir(tmp_path)), SINGLE)
     config = TrainConfig(method="raptor", privacy=PrivacyConfig(clip_rule="median-ratio"))

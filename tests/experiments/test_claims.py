@@ -1,4 +1,4 @@
-"""raptor.experiments.claims: one process per grid cell, released when the holder ends or dies."""
+"""raptor.analysis.claims: one process per grid cell, released when the holder ends or dies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from raptor.experiments.claims import claimed, holder
+from raptor.analysis.claims import claimed, holder
 
 
 def test_a_held_claim_refuses_a_second_taker_and_is_removed_on_release(tmp_path):
@@ -24,7 +24,7 @@ def test_a_held_claim_refuses_a_second_taker_and_is_removed_on_release(tmp_path)
 
 
 def test_a_killed_holder_leaves_a_file_but_no_claim(tmp_path):
-    code = ("import sys, time; from raptor.experiments.claims import claimed\n"
+    code = ("import sys, time; from raptor.analysis.claims import claimed\n"
             "with claimed(sys.argv[1], 'k') as ours:\n"
             "    print('held' if ours else 'refused', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)

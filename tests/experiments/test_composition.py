@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from raptor.experiments.composition import gradient_composition, parameter_roles
+from raptor.analysis.composition import gradient_composition, parameter_roles
 from raptor.moe.models import TinySize, build_model
 
 

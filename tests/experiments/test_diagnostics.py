@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from raptor.experiments.diagnostics import failure_mode_diagnostics
+from raptor.analysis.diagnostics import failure_mode_diagnostics
 from raptor.moe.adapters import get_adapter
 from raptor.moe.models import build_model
 
@@ -42,12 +42,12 @@ def test_diagnostics_report(family, tmp_path):
         assert e["noise_dense"] == pytest.approx(1.0 * 1.0 * math.sqrt(e["params"]))
         if e["public_load"] == 0:
             assert e["signal_raptor"] == 0.0  # no owner, no role-clipped signal
-    from raptor.experiments.diagnostics import plot_failure_modes
+    from raptor.analysis.diagnostics import plot_failure_modes
 
     pytest.importorskip("matplotlib")
     out = plot_failure_modes(diag, tmp_path / "f.png", title=family)
     assert out.stat().st_size > 1000
-    from raptor.experiments.composition import gradient_composition
+    from raptor.analysis.composition import gradient_composition
 
     diag["composition"] = gradient_composition(model, {k: torch.cat([b[k] for b in batches]) for k in batches[0]},
                                                max_records=4)
@@ -58,7 +58,7 @@ def test_diagnostics_report(family, tmp_path):
 def test_small_shares_get_their_power_of_ten_in_the_axis_label():
     """matplotlib's offset text ('1e-5') overlapped the x label of panel 1; the factor now goes in the
     label and the values are rescaled into [1, 1000)."""
-    from raptor.experiments.diagnostics import _display_exponent
+    from raptor.analysis.diagnostics import _display_exponent
 
     assert _display_exponent(2.8e-5) == -5
     assert _display_exponent(4.9e-6) == -6
@@ -73,7 +73,7 @@ def test_replot_redraws_a_figure_from_its_json_alone(tmp_path, monkeypatch, caps
     import json
 
     pytest.importorskip("matplotlib")
-    from raptor.experiments import diagnostics
+    from raptor.analysis import diagnostics
 
     mod = experiment_script("failure_modes")
 

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
+from raptor.analysis.grid import Cell, append_record, done_keys, read_records, run_grid
+from raptor.analysis.paper_table import margins, markdown_table, select_best, summarize
 from raptor.errors import ConfigError
-from raptor.experiments.grid import Cell, append_record, done_keys, read_records, run_grid
-from raptor.experiments.report import margins, markdown_table, select_best, summarize
 
 
 def _cells():
@@ -47,7 +47,7 @@ def test_rerun_skips_finished_cells(tmp_path):
 
 
 def test_claims_skip_a_held_cell_and_reread_what_is_finished_once_the_claim_is_ours(tmp_path, capsys):
-    from raptor.experiments.claims import claimed
+    from raptor.analysis.claims import claimed
 
     path, claims = tmp_path / "grid.jsonl", tmp_path / "claims"
     cells = _cells()[:3]
@@ -157,7 +157,7 @@ def test_a_single_seed_cell_shows_no_spread():
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from raptor.experiments.report import plot_metric_vs_epsilon
+    from raptor.analysis.paper_table import plot_metric_vs_epsilon
 
     recs = [_rec(m, e, s, 0.5 + 0.01 * s) for m in ("raptor", "dpsgd") for e in (1.0, 8.0) for s in range(2)]
     recs += [_rec("nonprivate", None, 0, 0.9)]
@@ -166,7 +166,7 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_every_method_has_its_own_fixed_colour():
-    from raptor.experiments.report import METHOD_COLOURS
+    from raptor.analysis.paper_table import METHOD_COLOURS
     from raptor.training.config import METHODS
 
     assert set(METHODS) <= set(METHOD_COLOURS), f"no colour for {sorted(set(METHODS) - set(METHOD_COLOURS))}"
@@ -184,7 +184,7 @@ def test_the_plot_draws_each_method_in_its_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgba
 
-    from raptor.experiments.report import METHOD_COLOURS, draw_metric_vs_epsilon
+    from raptor.analysis.paper_table import METHOD_COLOURS, draw_metric_vs_epsilon
     from raptor.training.config import METHODS
 
     dp = [m for m in METHODS if m != "nonprivate"]

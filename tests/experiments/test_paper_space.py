@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from raptor.experiments.grid import Cell
+from raptor.analysis.grid import Cell
 
 SEVEN = ("nonprivate", "dpsgd", "dpsgd-full", "last-layer", "dp-lora", "raptor", "raptor-split")
 
@@ -62,7 +62,7 @@ def test_calibration_is_per_seed_wherever_the_initial_weights_are(rg):
 
 
 def test_raptor_and_its_variant_are_compared_with_the_others_only(rg):
-    from raptor.experiments.report import margins
+    from raptor.analysis.paper_table import margins
 
     row = {"std": 0.01, "n": 3}
     summary = {("m", "sst2", "raptor", 8.0): {**row, "mean": 0.70}, ("m", "sst2", "raptor-split", 8.0): {**row, "mean": 0.80},

@@ -210,7 +210,7 @@ def test_stop_at_means_the_next_occurrence_or_the_given_date(rg):
 def test_a_cell_another_process_runs_is_skipped_and_its_group_waits_for_a_rerun(rg, tmp_path, monkeypatch, capsys):
     """Two processes on one grid never run one cell twice; a group whose tuning is incomplete
     selects nothing (a selection must see the whole search space) until a rerun."""
-    from raptor.experiments.claims import claimed
+    from raptor.analysis.claims import claimed
 
     calls = []
     monkeypatch.setattr(rg, "train_cell", _fake(calls))

@@ -17,7 +17,7 @@ def sa(experiment_script, monkeypatch):
 
 
 def test_a_claimed_cell_is_skipped_and_a_rerun_takes_up_only_what_is_left(sa, tmp_path, monkeypatch, capsys):
-    from raptor.experiments.claims import claimed
+    from raptor.analysis.claims import claimed
 
     rg = sa._run_grid_module()
     monkeypatch.setattr(sa, "_run_grid_module", lambda: rg)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raptor.audit.engine_check import to_float64
 from raptor.errors import ConfigError, UnsupportedModelError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.expert_lora import add_expert_lora, has_expert_lora, merge_expert_lora
 from raptor.moe.models import build_model
-from raptor.per_sample.check import to_float64
 from raptor.roles.groups import GroupKey, ParamSlice, build_group_map
 
 

@@ -9,16 +9,16 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from raptor.audit.engine_check import compare, to_float64
 from raptor.data.tokenization import load_tokenizer
+from raptor.data.vl2_processor import Vl2Processor
+from raptor.data.vl2_tiny import write_tiny_vl2
 from raptor.data.vqa import make_synthetic_vqa, read_vqa_jsonl
 from raptor.errors import UnsupportedModelError
 from raptor.moe.adapters import get_adapter
 from raptor.moe.vl2 import load_vl2
-from raptor.moe.vl2.checkpoint import raptor_to_release, release_to_raptor
-from raptor.per_sample.check import compare, to_float64
+from raptor.moe.vl2.release_files import raptor_to_release, release_to_raptor
 from raptor.training.generate import answer_loss_per_record, greedy_generate
-from raptor.training.vl2_processor import Vl2Processor
-from raptor.training.vl2_tiny import write_tiny_vl2
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from raptor.audit.engine_check import freeze_untrained_experts, synthetic_batch, to_float64
 from raptor.moe.models import build_model
-from raptor.per_sample.check import freeze_untrained_experts, synthetic_batch, to_float64
 
 
 def tiny(family: str, *, seed: int = 0, trained=(1,)):

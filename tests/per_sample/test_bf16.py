@@ -1,6 +1,6 @@
 """The bf16 engine vs the float64 one-record oracle (same weights), every family, on CPU.
 
-Tolerance :data:`raptor.per_sample.check.BF16_TOLERANCE` (5e-2 relative, max over records and
+Tolerance :data:`raptor.audit.engine_check.BF16_TOLERANCE` (5e-2 relative, max over records and
 groups, of per-record norms, clipped sums and losses, with clipping active): bf16 keeps 8
 significant bits (~4e-3 relative per rounding) and the errors of a few layers add up; the measured
 maxima are in docs/DISTRIBUTED.md. The clipped sums come back in float32 and the norms in float64.
@@ -13,14 +13,14 @@ import copy
 import pytest
 import torch
 
-from raptor.moe.models import FAMILIES, build_model
-from raptor.per_sample.check import (
+from raptor.audit.engine_check import (
     BF16_TOLERANCE,
     _layers,
     check_family,
     freeze_untrained_experts,
     synthetic_batch,
 )
+from raptor.moe.models import FAMILIES, build_model
 from raptor.per_sample.engine import PerRecordEngine
 
 

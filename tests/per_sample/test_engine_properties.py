@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from per_sample_helpers import batch_for, tiny
 from torch import nn
 
+from raptor.audit.engine_check import clip_norms_between
 from raptor.errors import ConfigError, UnsupportedModelError
 from raptor.moe.models import FAMILIES
-from raptor.per_sample.check import clip_norms_between
 from raptor.per_sample.engine import PerRecordEngine
 from raptor.per_sample.reference import reference_compute
 from raptor.roles.groups import GroupKey
@@ -232,8 +232,8 @@ def test_engine_leaves_grad_and_implementation_untouched(inf_clip):
 
 def test_switch_with_tokens_dropped_by_capacity_matches_reference(inf_clip):
     """Switch capacity is per sequence: with capacity 2 (< T) tokens are dropped, records stay independent."""
+    from raptor.audit.engine_check import compare, freeze_untrained_experts, to_float64
     from raptor.moe.models import build_model
-    from raptor.per_sample.check import compare, freeze_untrained_experts, to_float64
 
     model = to_float64(build_model("switch_transformers", expert_capacity=2,
                                    generator=torch.Generator().manual_seed(4)))

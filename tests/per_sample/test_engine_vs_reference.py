@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from raptor.audit.engine_check import check_family
 from raptor.moe.models import FAMILIES
-from raptor.per_sample.check import check_family
 
 TOL = 1e-4
 

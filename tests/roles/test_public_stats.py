@@ -117,7 +117,7 @@ def test_n_hat_has_one_home_and_only_that_module_claims_it():
 
     import raptor
     from raptor.roles.groups import GroupKey
-    from raptor.training import release
+    from raptor.training.step import release
 
     assert ps.group_denominators.__module__ == "raptor.roles.public_stats"
     assert not hasattr(release, "group_denominators")

@@ -148,7 +148,7 @@ def test_the_early_model_check_accepts_a_shipped_name_and_lists_it_for_an_unknow
     from raptor.errors import ConfigError
     from raptor.moe.names import FAMILY_NAMES
     from raptor.shipped import available
-    from raptor.training.run_checks import check_model_name
+    from raptor.training.run.preflight import check_model_name
 
     names = available()
     assert names, "the package ships at least one model"

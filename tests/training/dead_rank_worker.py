@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from raptor.training.distributed import DistConfig, init_communicator
+from raptor.training.run.distributed import DistConfig, init_communicator
 
 if __name__ == "__main__":
     comm = init_communicator(DistConfig("gloo", float(sys.argv[1])), "cpu")

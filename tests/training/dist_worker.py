@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from raptor.moe.models import TinySize, build_model
-from raptor.training.build import build_trainer
 from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, tiny_recipe
-from raptor.training.distributed import DistConfig, init_communicator
 from raptor.training.methods import METHOD_SPECS
+from raptor.training.run.assemble import build_trainer
+from raptor.training.run.distributed import DistConfig, init_communicator
 
 STEPS = 3
 METHODS = (*METHOD_SPECS, "raptor-bf16")
@@ -88,7 +88,7 @@ def secure_check(comm) -> dict:
 
     from raptor.mechanisms import GeneratorSpec
     from raptor.roles.groups import ParamSlice
-    from raptor.training.release import GroupRelease, release_gradients
+    from raptor.training.step.release import GroupRelease, release_gradients
 
     gens = comm.generators(GeneratorSpec(secure=True), "cpu")
     draws = [None] * comm.world_size

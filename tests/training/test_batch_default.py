@@ -1,5 +1,5 @@
 """Issue 15 item 9: one batch-size default for the library and the CLI (N/10, at least 8, at most
-1024, below N), applied only when none is given."""
+1024, below N), applied only when none is given; issue 34: resolved in one place, the run's assembly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from raptor.cli.main import build_parser
 from raptor.cli.train import config_from_args
 from raptor.errors import ConfigError
-from raptor.training.config import TrainConfig, default_batch_size, with_batch_size
+from raptor.training.config import TrainConfig, default_batch_size, resolve_batch_size
 
 
 def test_default_batch_size_values():
@@ -23,9 +23,11 @@ def test_default_batch_size_values():
 
 def test_library_default_is_resolved_from_the_data_and_explicit_values_are_kept():
     assert TrainConfig().batch_size is None
-    assert with_batch_size(TrainConfig(), 300).batch_size == 30
-    explicit = TrainConfig(batch_size=1024)
-    assert with_batch_size(explicit, 300) is explicit  # too large for 300 records, but the user's choice
+    assert resolve_batch_size(TrainConfig(), 300).batch_size == 30
+    explicit = TrainConfig(batch_size=64)
+    assert resolve_batch_size(explicit, 300) is explicit
+    with pytest.raises(ConfigError, match="--batch-size 1024 must be below the 300 private records"):
+        resolve_batch_size(TrainConfig(batch_size=1024), 300)  # the user's choice, refused by name
     assert TrainConfig(epochs=2.0).num_steps(300) == 2 * 10  # T from the default B = 30
     with pytest.raises(ConfigError, match="batch_size must be an integer >= 1"):
         TrainConfig(batch_size=0)
@@ -34,8 +36,16 @@ def test_library_default_is_resolved_from_the_data_and_explicit_values_are_kept(
 @pytest.mark.parametrize("flags,expected", [([], 30), (["--batch-size", "64"], 64)])
 def test_cli_uses_the_same_function(flags, expected):
     args = build_parser().parse_args(["train", *flags])
-    assert config_from_args(args).batch_size == (None if not flags else 64)  # before N is known
-    assert config_from_args(args, 300).batch_size == expected
+    assert config_from_args(args).batch_size == (None if not flags else 64)  # the run resolves it
+    assert resolve_batch_size(config_from_args(args), 300).batch_size == expected
+
+
+def test_build_trainer_refuses_an_unresolved_batch_size():
+    from raptor.training.run.assemble import build_trainer
+
+    with pytest.raises(ConfigError, match="assemble_run"):
+        build_trainer(TrainConfig(), torch.nn.Linear(1, 1), train={"labels": torch.zeros(10)}, validation=None,
+                      public={})
 
 
 def test_fine_tune_without_a_batch_size_uses_the_cli_default():
@@ -52,5 +62,6 @@ def test_fine_tune_without_a_batch_size_uses_the_cli_default():
                                 privacy=raptor.PrivacyConfig(epsilon=None, secure_rng=False))
     out = raptor.fine_tune(model, tok, train, None, config, progress=False)
     args = build_parser().parse_args(["train"])
-    assert out.trainer.config.batch_size == config_from_args(args, 120).batch_size == default_batch_size(120) == 12
+    assert out.trainer.config.batch_size == resolve_batch_size(config_from_args(args), 120).batch_size == \
+        default_batch_size(120) == 12
     assert out.results["config"]["batch_size"] == 12 and out.trainer.sample_rate == pytest.approx(0.1)

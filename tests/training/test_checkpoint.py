@@ -10,7 +10,7 @@ from torch import nn
 
 from raptor.errors import ConfigError
 from raptor.mechanisms import seeded_generator
-from raptor.training.checkpoint import load_checkpoint, read_state, save_checkpoint
+from raptor.training.saving.checkpoint import load_checkpoint, read_state, save_checkpoint
 
 
 def _setup():
@@ -170,7 +170,7 @@ def test_sigkill_during_writes_leaves_a_loadable_checkpoint(tmp_path):
 import torch, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_checkpoint import _setup
-from raptor.training.checkpoint import save_checkpoint
+from raptor.training.saving.checkpoint import save_checkpoint
 from raptor.mechanisms import seeded_generator
 model, opt = _setup()
 step = 0

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from raptor.mechanisms import AesCtrGenerator, poisson_sample, seeded_generator
-from raptor.training.distributed import Communicator, DistConfig, SingleProcess, init_communicator
-from raptor.training.release import GroupRelease
+from raptor.training.run.distributed import Communicator, DistConfig, SingleProcess, init_communicator
+from raptor.training.step.release import GroupRelease
 
 HERE = Path(__file__).parent
 SRC = HERE.parents[1] / "src"
@@ -112,7 +112,7 @@ def test_single_process_generators_are_the_specs():
 
 
 def test_released_gradients_travel_in_one_bucket_unless_huge():
-    from raptor.training.distributed import _buckets
+    from raptor.training.run.distributed import _buckets
 
     t = {n: torch.zeros(k) for n, k in (("a", 3), ("b", 4), ("c", 10), ("d", 1))}
     assert _buckets(t, 1 << 20) == [["a", "b", "c", "d"]]

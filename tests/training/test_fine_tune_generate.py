@@ -10,7 +10,7 @@ from raptor.data.qa import QAData
 from raptor.data.tokenization import train_wordpiece
 from raptor.errors import ConfigError
 from raptor.moe.models import TinySize
-from raptor.training.plan import check_batch_size
+from raptor.training.config import check_batch_size
 
 COLOURS = ("red", "blue", "green")
 
@@ -55,7 +55,7 @@ def test_fine_tune_generation_needs_a_declared_public_source(tmp_path):
 @pytest.mark.parametrize("batch_size,n", [(10, 10), (11, 10)])
 def test_one_batch_size_rule_refuses_q_of_one_or_more(batch_size, n):
     from raptor.training.config import TrainConfig
-    from raptor.training.plan import make_noise_plan
+    from raptor.training.step.noise_plans import make_noise_plan
 
     with pytest.raises(ConfigError, match=f"--batch-size {batch_size} must be below the {n} private records"):
         check_batch_size(batch_size, n)

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from raptor.audit.engine_check import compare, freeze_untrained_experts, to_float64
 from raptor.data.qa import IGNORE_INDEX, GenerationEval, QAData, encode_qa, qa_generation_eval, read_qa_jsonl
 from raptor.errors import DataError
 from raptor.moe.causal import build_causal_lm
-from raptor.per_sample.check import compare, freeze_untrained_experts, to_float64
 from raptor.training.generate import (
     answer_loss_per_record,
     evaluate_generation,

@@ -9,7 +9,7 @@ from raptor.data import train_wordpiece
 from raptor.data.tasks import GLUE_TASKS
 from raptor.errors import ConfigError
 from raptor.moe.models import TinySize, build_model
-from raptor.training.head_init import LABEL_WORDS, classification_head, init_head_from_label_words
+from raptor.training.setup.head_init import LABEL_WORDS, classification_head, init_head_from_label_words
 
 CORPUS = ["a positive review", "a negative one", "yes no maybe so"] * 20
 

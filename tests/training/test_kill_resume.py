@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from raptor.errors import CheckpointError
-from raptor.training.checkpoint import resolve_checkpoint
+from raptor.training.saving.checkpoint import resolve_checkpoint
 
 
 def _write(path: Path, rows) -> None:

@@ -9,10 +9,10 @@ from toy_engine import ListLedger, ToyEngine, ToyMoE, toy_records
 
 from raptor.roles.public_stats import group_denominators
 from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
-from raptor.training.master_weights import MasterWeightOptimizer, master_copies, with_master_weights
-from raptor.training.plan import FixedPlan
-from raptor.training.step_plan import build_step_plan
-from raptor.training.trainer import Trainer
+from raptor.training.step.master_weights import MasterWeightOptimizer, master_copies, with_master_weights
+from raptor.training.step.noise_plans import FixedPlan
+from raptor.training.step.plan import build_step_plan
+from raptor.training.step.trainer import Trainer
 
 
 def _sgd_steps(param: torch.nn.Parameter, steps: int, lr: float, masters: bool) -> torch.Tensor:

@@ -20,9 +20,9 @@ import torch
 from tiny_records import DATA
 
 from raptor.moe.models import TinySize, build_model
-from raptor.training.build import build_trainer
 from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
 from raptor.training.methods import METHOD_SPECS
+from raptor.training.run.assemble import build_trainer
 
 
 def _scores(records, seed):
@@ -213,6 +213,6 @@ def test_public_statistics_never_see_private_records(monkeypatch):
     trainer.run_steps(2)
     assert seen["route"] and set(seen["route"]) <= public_rows
     assert seen["unclipped"] and set(seen["unclipped"]) <= public_rows
-    # a training micro-batch drops its all-padding columns (raptor.training.micro_batch.trim_padding):
+    # a training micro-batch drops its all-padding columns (raptor.training.step.micro_batch.trim_padding):
     # each clipped row is a private row, whole or cut short of columns masked out in its micro-batch
     assert seen["clipped"] and all(any(p[:len(r)] == r for p in private_rows) for r in set(seen["clipped"]))

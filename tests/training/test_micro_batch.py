@@ -8,7 +8,7 @@ from raptor.errors import ConfigError
 from raptor.moe.models import build_model
 from raptor.per_sample.engine import PerRecordEngine
 from raptor.training.config import PerformanceConfig
-from raptor.training.micro_batch import _synthetic_batch, choose_micro_batch_size, peak_tensor_bytes
+from raptor.training.step.micro_batch import _synthetic_batch, choose_micro_batch_size, peak_tensor_bytes
 
 
 def _engine():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from raptor.audit.engine_check import to_float64
 from raptor.moe.adapters import freeze_untrained_experts
 from raptor.moe.models import build_model
-from raptor.per_sample.check import to_float64
 from raptor.per_sample.engine import PerRecordEngine
-from raptor.training.micro_batch import length_sorted_chunks, trim_padding, trimmable
+from raptor.training.step.micro_batch import length_sorted_chunks, trim_padding, trimmable
 
 
 def _records(n: int, T: int, seed: int, vocab: int = 512) -> dict[str, torch.Tensor]:
@@ -61,8 +61,8 @@ def test_only_token_classification_records_are_trimmed():
 
 
 def test_a_trainer_step_releases_the_same_sums_with_and_without_trimming():
-    from raptor.training.build import build_trainer
     from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+    from raptor.training.run.assemble import build_trainer
 
     data = _records(40, 16, seed=3)
     sums = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from raptor.training.run_checks import PLAN_REL_TOL, plan_differences
+from raptor.training.saving.fingerprint import PLAN_REL_TOL, plan_differences
 
 PLAN = {"grouping": "roles", "trained_layers": [1],
         "groups": {"shared": {"clip_norm": 1.0, "denominator": 8.0, "sigma": 0.916, "stream": "shared"},

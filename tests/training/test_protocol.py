@@ -14,9 +14,9 @@ from tiny_records import DATA
 from raptor.errors import ConfigError
 from raptor.moe.models import TinySize, build_model
 from raptor.per_sample.reference import reference_compute
-from raptor.training.build import build_trainer
 from raptor.training.config import RECIPES, PrivacyConfig, TrainConfig, reference_recipe, tiny_recipe
-from raptor.training.trainable import head_param_names
+from raptor.training.run.assemble import build_trainer
+from raptor.training.setup.trainable import head_param_names
 
 FIXED = PrivacyConfig(epsilon=None, noise_multipliers=(1.0, 1.0), secure_rng=False)
 

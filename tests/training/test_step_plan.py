@@ -16,8 +16,8 @@ from raptor.roles.groups import GroupKey, ParamSlice
 from raptor.roles.public_stats import group_denominators
 from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
 from raptor.training.methods import METHOD_SPECS
-from raptor.training.plan import FixedPlan, make_noise_plan
-from raptor.training.step_plan import accounted_sigma, build_step_plan
+from raptor.training.step.noise_plans import FixedPlan, make_noise_plan
+from raptor.training.step.plan import accounted_sigma, build_step_plan
 
 N, B, E = 400, 40, 4
 

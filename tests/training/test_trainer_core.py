@@ -13,10 +13,10 @@ from raptor.errors import BudgetExceededError
 from raptor.mechanisms import seeded_generator
 from raptor.roles.public_stats import group_denominators
 from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
-from raptor.training.plan import FixedPlan
-from raptor.training.release import release_gradients
-from raptor.training.step_plan import build_step_plan
-from raptor.training.trainer import Trainer
+from raptor.training.step.noise_plans import FixedPlan
+from raptor.training.step.plan import build_step_plan
+from raptor.training.step.release import release_gradients
+from raptor.training.step.trainer import Trainer
 
 SHARES = {0: [0.5, 0.3, 0.2]}
 

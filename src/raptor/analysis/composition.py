@@ -41,7 +41,7 @@ def parameter_roles(model: nn.Module) -> dict[int, tuple[str, int | None]]:
     looked through): ``head``, ``embeddings``, ``routers``, ``experts`` (with its layer) or
     ``attention`` (everything else)."""
     from raptor.moe.adapters import get_adapter
-    from raptor.training.trainable import head_prefixes
+    from raptor.training.setup.trainable import head_prefixes
 
     base = _base(model)
     roles: dict[int, tuple[str, int | None]] = {}
@@ -99,7 +99,7 @@ def gradient_composition(model: nn.Module, records: Mapping[str, torch.Tensor], 
     """
     from raptor.per_sample.engine import cross_entropy_per_record, model_inputs
     from raptor.training.config import TrainConfig
-    from raptor.training.public_stage import public_routing
+    from raptor.training.setup.public_stage import public_routing
 
     loss_fn = loss_fn or cross_entropy_per_record
     named = dict(model.named_parameters())
@@ -195,6 +195,6 @@ def plot_composition(result: Mapping, path: str | Path, title: str = "") -> Path
     for i, s in enumerate(shares):
         ax.text(s, i, f" {s:.2g}", va="center", fontsize=7)
     fig.suptitle(title or "gradient composition", fontsize=10)
-    from raptor.experiments.report import save_figure
+    from raptor.analysis.paper_table import save_figure
 
     return save_figure(fig, path)

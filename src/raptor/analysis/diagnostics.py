@@ -172,7 +172,7 @@ def failure_modes_title(diag: Mapping, task: str) -> str:
 def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> Path:
     """Three panels: expert share of ||g||^2 (suppression), load share = dilution factor under B, and
     per-expert SNR against public load for dense DP-SGD and RAPTOR; a fourth, first, when ``diag``
-    carries ``composition`` (:func:`raptor.experiments.composition.gradient_composition`): the median
+    carries ``composition`` (:func:`raptor.analysis.composition.gradient_composition`): the median
     per-record ||g|| of each role of the trainable set, and its share of one clipped vector."""
     import matplotlib
 
@@ -219,6 +219,6 @@ def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> P
     c.set_title("3. low-load SNR", fontsize=9)
     c.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    from raptor.experiments.report import save_figure
+    from raptor.analysis.paper_table import save_figure
 
     return save_figure(fig, path)

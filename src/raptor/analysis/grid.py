@@ -10,7 +10,7 @@ fsync'ed), so that:
   next run drops that partial line before appending;
 * the progress bar covers the whole grid (done cells included) and gives an ETA;
 * with ``claims=``, processes that share a grid never run one cell twice: each claims the cell it
-  runs (:mod:`raptor.experiments.claims`), skips a cell another one holds, and re-reads what is
+  runs (:mod:`raptor.analysis.claims`), skips a cell another one holds, and re-reads what is
   finished once the claim is its own (the last holder may have just finished it).
 
 Each line holds the cell, its result (metric, epsilon, delta, ...), its wall time, the git
@@ -205,7 +205,7 @@ def run_grid(
     rev = revision if revision is not None else git_revision(Path(__file__).parent)
     from tqdm.auto import tqdm
 
-    from raptor.experiments.claims import claimed, holder
+    from raptor.analysis.claims import claimed, holder
 
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), disable=not progress, desc=desc,
                unit="cell", dynamic_ncols=True)

@@ -1,7 +1,7 @@
 """From grid records to the paper's table: matched tuning, mean +- std over seeds, a markdown table
 and a metric-vs-epsilon plot per (model, task).
 
-Records are the JSON lines written by :func:`raptor.experiments.grid.run_grid`; each has
+Records are the JSON lines written by :func:`raptor.analysis.grid.run_grid`; each has
 ``cell`` (model, task, method, epsilon, seed, stage, hparams) and ``result`` with at least
 ``metric`` (the task's main metric on the reported split) and, for tuning cells,
 ``selection_metric`` (the same metric on the selection split carved from the training data).
@@ -39,7 +39,7 @@ def method_colour(method: str) -> str:
     """The fixed colour of ``method`` (:data:`METHOD_COLOURS`)."""
     colour = METHOD_COLOURS.get(method)
     if colour is None:
-        raise ValueError(f"no plot colour for method {method!r}; add one to raptor.experiments.report.METHOD_COLOURS")
+        raise ValueError(f"no plot colour for method {method!r}; add one to raptor.analysis.paper_table.METHOD_COLOURS")
     return colour
 
 

@@ -9,7 +9,7 @@ so every real record's gradient on it is exactly 0; the canary records give noth
 own parameters.
 
 Everything after the engine is the run's real release path, unchanged:
-:meth:`raptor.training.trainer.Trainer.step` samples the canary records with the run's Poisson
+:meth:`raptor.training.step.trainer.Trainer.step` samples the canary records with the run's Poisson
 sampler (they are records of the private set: N counts them, q = B/N), the hook clips each
 sampled canary's gradient to ``C_g`` with the engine's rule ``min(1, C_g / ||g||)`` and adds it
 to the clipped sums, ``release_gradients`` adds the group's noise ``N(0, sigma_g^2 C_g^2)`` from
@@ -135,8 +135,8 @@ def run_dirac(cfg, inputs, *, progress: bool = False) -> dict:
     import time
 
     from raptor.audit.bounds import one_run_epsilon_two_sided
-    from raptor.training.build import build_trainer
-    from raptor.training.trainer import Trainer
+    from raptor.training.run.assemble import assemble_run
+    from raptor.training.step.trainer import Trainer
 
     started = time.perf_counter()
     gen = torch.Generator().manual_seed(cfg.audit_seed)
@@ -146,7 +146,7 @@ def run_dirac(cfg, inputs, *, progress: bool = False) -> dict:
     config = inputs.config
     if cfg.sample_rate is not None:
         config = replace(config, batch_size=max(1, round(cfg.sample_rate * n_total)))
-    base = build_trainer(config, inputs.model, train=train, validation=inputs.validation, public=inputs.public)
+    base = assemble_run(config, inputs.model, train=train, validation=inputs.validation, public=inputs.public)
     key = canary_group(base.plan)
     engine = DiracCanaryEngine(base.engine, key, cfg.canaries, base.device)
     trainer = Trainer(model=base.model, engine=engine, plan=base.plan, train=train, validation=inputs.validation,

@@ -123,6 +123,22 @@ def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float:
     return float((a[finite] - b[finite]).abs().max() / scale)
 
 
+def _finite_abs_max(v: torch.Tensor) -> float:
+    """The largest ``|v|`` over the finite entries of ``v``; 0 when it has none."""
+    a = v.detach().double().abs()
+    finite = a[torch.isfinite(a)]
+    return float(finite.max()) if finite.numel() else 0.0
+
+
+def _sum_floor(sums: Sequence[torch.Tensor]) -> float:
+    """The ``floor`` of :func:`_rel` for the clipped sums: 1000 machine epsilons (the largest epsilon
+    of the sums' float dtypes) times the largest finite ``|sum|``. Non-finite entries are left out of
+    the scale, so the floor stays finite; :func:`_rel` reports them itself."""
+    sums = [v for v in sums if v.numel()]
+    eps = max((torch.finfo(v.dtype).eps for v in sums if v.is_floating_point()), default=0.0)
+    return 1e3 * eps * max((_finite_abs_max(v) for v in sums), default=0.0)
+
+
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
             tolerance: float = 1e-4, family: str = "", lora: bool = False,
             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
@@ -139,7 +155,7 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     cross-entropy, or squared error for a one-output regression head; the generative objective
     passes :func:`raptor.training.generate.answer_loss_per_record`).
     """
-    from raptor.per_sample.objectives import loss_fn_for, task_type_of
+    from raptor.per_sample.task_losses import loss_fn_for, task_type_of
 
     head = task_type_of(model)
     loss_fn = loss_fn or loss_fn_for(head)
@@ -150,10 +166,7 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
     ref = reference_compute(model if oracle is None else oracle, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
     same = ref if oracle is None else reference_compute(model, batch, clip, trained_layers, grouping, loss_fn=loss_fn)
     norm_err = max((_rel(got.norms[k], ref.norms[k]) for k in engine.group_keys), default=0.0)
-    sums = [v for v in same.clipped_sums.values() if v.numel()]
-    eps = max((torch.finfo(v.dtype).eps for v in sums if v.is_floating_point()), default=0.0)
-    floor = 1e3 * eps * max((float(v.detach().double().abs().nan_to_num(0.0, 0.0, 0.0).max()) for v in sums),
-                            default=0.0)
+    floor = _sum_floor(list(same.clipped_sums.values()))
     sum_err = max((_rel(got.clipped_sums[n], same.clipped_sums[n], floor) for n in same.clipped_sums), default=0.0)
     loss_err = _rel(got.loss_B, ref.loss_B)
     owners = all(torch.equal(got.owners[layer].cpu(), ref.owners[layer].cpu()) for layer in ref.owners)

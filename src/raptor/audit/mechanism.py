@@ -6,10 +6,10 @@ the code real runs use:
 
 * per-record clipping and owner assignment by :class:`raptor.per_sample.PerRecordEngine`
   (``grouping="roles"``: a record's gradient reaches only its owner expert);
-* one :class:`raptor.training.step_plan.StepPlan` (from ``build_step_plan`` with a
-  :class:`raptor.training.plan.FixedPlan`, the public n_hat of ``group_denominators``), whose
+* one :class:`raptor.training.step.plan.StepPlan` (from ``build_step_plan`` with a
+  :class:`raptor.training.step.noise_plans.FixedPlan`, the public n_hat of ``group_denominators``), whose
   update 0 states the released groups (stream, C_g, sigma_g, n_hat_g) and the ledger event;
-* noise and division by :func:`raptor.training.release.release_gradients` for exactly those
+* noise and division by :func:`raptor.training.step.release.release_gradients` for exactly those
   groups, from an explicit generator (seeded here: an audit must be reproducible);
 * the claim: that step's ledger event in the plan's own ledger (``StepPlan.new_ledger``), PLD.
 
@@ -249,8 +249,8 @@ def _prepare(cfg: MechanismAuditConfig) -> _Setup:
 # --------------------------------------------------------------------------- sigmas and the claim
 def _step_plan(cfg: MechanismAuditConfig, prep: _Setup, sigma_shared: float, sigma_expert: float):
     """The one-update step plan of the audited mechanism (the trainer's own object)."""
-    from raptor.training.plan import FixedPlan
-    from raptor.training.step_plan import build_step_plan
+    from raptor.training.step.noise_plans import FixedPlan
+    from raptor.training.step.plan import build_step_plan
 
     noise = FixedPlan(cfg.sample_rate, 1, sigma_shared, sigma_expert, 1, delta=cfg.delta)
     return build_step_plan(noise, prep.engine.group_map.groups, clip_norms=prep.clip_norms,
@@ -340,7 +340,7 @@ class _Releaser:
     def __call__(self, included: torch.Tensor, generator: torch.Generator | None) -> dict:
         """{GroupKey: [R, d_g] released values} for canary inclusion indicators ``included`` [R]
         (``generator=None``: without noise)."""
-        from raptor.training.release import release_gradients
+        from raptor.training.step.release import release_gradients
 
         R = included.shape[0]
         b = included.to(torch.float32)

@@ -71,7 +71,7 @@ class OneRunConfig:
             if self.canary_kind != "dirac":
                 raise ConfigError("--sample-rate is for --canary-kind dirac; with input canaries give --batch-size "
                                   "after --")
-            if not 0.0 < self.sample_rate < 1.0:  # B < N (raptor.training.plan.check_batch_size)
+            if not 0.0 < self.sample_rate < 1.0:  # B < N (raptor.training.step.noise_plans.check_batch_size)
                 raise ConfigError(f"--sample-rate must be in (0, 1), got {self.sample_rate}")
         if not 0.0 < self.significance < 0.5:
             raise ConfigError(f"--significance must be in (0, 0.5), got {self.significance}")
@@ -115,7 +115,7 @@ def _cat(a: dict, b: dict) -> dict:
 
 
 def _per_record_loss(model, records: dict, device) -> torch.Tensor:
-    from raptor.training.plain import classification_logits
+    from raptor.training.step.plain import classification_logits
 
     out = []
     with torch.no_grad():
@@ -128,7 +128,7 @@ def _per_record_loss(model, records: dict, device) -> torch.Tensor:
 
 def _gradients(model, params: dict, records: dict, device) -> list[dict]:
     """Each canary's loss gradient w.r.t. the trainable parameters (one record at a time, plain autograd)."""
-    from raptor.training.plain import classification_logits
+    from raptor.training.step.plain import classification_logits
 
     names = list(params)
     out = []
@@ -160,7 +160,7 @@ class RunInputs:
 def run_one_run_audit(cfg: OneRunConfig, inputs: RunInputs, *, progress: bool = False) -> OneRunResult:
     """Train once with canaries and return the one-run bounds (see the module docstring; Dirac
     canaries: :mod:`raptor.audit.dirac`)."""
-    from raptor.training.build import build_trainer
+    from raptor.training.run.assemble import assemble_run
 
     if cfg.canary_kind == "dirac":
         from raptor.audit.dirac import run_dirac
@@ -173,7 +173,7 @@ def run_one_run_audit(cfg: OneRunConfig, inputs: RunInputs, *, progress: bool = 
     canaries = _canaries(cfg.canaries, inputs.vocab_size, inputs.max_length, inputs.num_labels, gen)
     included = torch.rand(cfg.canaries, generator=gen) < 0.5
     train_all = _cat(train, {k: v[included] for k, v in canaries.items()})
-    trainer = build_trainer(config, inputs.model, train=train_all, validation=inputs.validation,
+    trainer = assemble_run(config, inputs.model, train=train_all, validation=inputs.validation,
                             public=inputs.public)
     device = trainer.device
     theta0 = {n: p.detach().clone() for n, p in trainer.params.items()}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from raptor.evaluation.figures import save_figure
-from raptor.training.json_io import write_strict_json
+from raptor.training.saving.json_io import write_strict_json
 
 
 def write_json(path: Path, payload: dict) -> Path:

@@ -1,4 +1,4 @@
-"""An audit of the training loop itself: many short runs of :meth:`raptor.training.trainer.Trainer.step`.
+"""An audit of the training loop itself: many short runs of :meth:`raptor.training.step.trainer.Trainer.step`.
 
 The mechanism audit (:mod:`raptor.audit.mechanism`) releases one update through
 ``release_gradients`` and takes its claim from the step plan; it never runs the trainer, so a bug
@@ -9,8 +9,8 @@ outside its reach. This audit runs the real loop:
   stream) and the real :class:`raptor.per_sample.PerRecordEngine` (``grouping="roles"``);
 * two neighbouring private sets: ``{b}`` (one background record) and ``{b, canary}``, the canary
   owned by another expert than ``b``;
-* for each world, ``runs`` fresh :class:`~raptor.training.trainer.Trainer` objects, each doing
-  ``steps`` updates of the plan (a :class:`~raptor.training.plan.FixedPlan` at sample rate q):
+* for each world, ``runs`` fresh :class:`~raptor.training.step.trainer.Trainer` objects, each doing
+  ``steps`` updates of the plan (a :class:`~raptor.training.step.noise_plans.FixedPlan` at sample rate q):
   Poisson sampling, clipping, ``release_gradients``, the ledger, the optimizers. Every run gets
   the audit's two generators (sampling and noise), which advance across runs; SGD with a learning
   rate of 1e-12 keeps the weights (hence every record's gradient) where they were (checked after
@@ -135,8 +135,8 @@ def _setup(cfg: TrainerLoopAuditConfig) -> _Loop:
     from raptor.roles import public_stats as ps
     from raptor.roles.public_stats import group_denominators
     from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
-    from raptor.training.plan import FixedPlan
-    from raptor.training.step_plan import build_step_plan
+    from raptor.training.step.noise_plans import FixedPlan
+    from raptor.training.step.plan import build_step_plan
 
     model = _tiny_model(cfg.seed, cfg.layer)
     engine = PerRecordEngine(model, trained_layers=(cfg.layer,), grouping="roles")
@@ -203,7 +203,7 @@ def _flat(tensors: dict, slices, divide: float = 1.0) -> torch.Tensor:
 def _run_once(loop: _Loop, world: str, generators: dict) -> tuple[list[dict], float]:
     """One short training run in ``world``: the released gradients of every step, and the
     trainer's own epsilon for the run."""
-    from raptor.training.trainer import Trainer
+    from raptor.training.step.trainer import Trainer
 
     with torch.no_grad():
         for n, p in loop.engine.group_map.params.items():

@@ -56,12 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_run_inputs(cfg):
     """What ``raptor train`` builds from its flags (``cfg.train_args``) before training: config, model,
     tokenized private, public and dev records (:class:`raptor.audit.one_run.RunInputs`). The flags
-    are parsed here; the loading is :func:`raptor.training.loaders.load_run`."""
+    are parsed here; the records and the model are loaded as ``raptor train`` loads them
+    (:func:`raptor.data.loaders.load_data`, :func:`raptor.data.model_source.load_model_and_tokenizer`)."""
     from raptor.audit.one_run import RunInputs
     from raptor.cli import train as train_cli
-    from raptor.data.loaders import to_records
+    from raptor.data.loaders import load_data, to_records
+    from raptor.data.model_source import init_generator, load_model_and_tokenizer
     from raptor.errors import ConfigError
-    from raptor.training.loaders import load_run
 
     if cfg.method == "nonprivate":
         raise ConfigError("--method nonprivate has no epsilon to audit; pick a private method")
@@ -70,7 +71,9 @@ def load_run_inputs(cfg):
     args = parser.parse_args(["--method", cfg.method, "--epsilon", str(cfg.epsilon), "--output-dir", cfg.output_dir,
                               "--no-progress", *cfg.train_args])
     config = train_cli.config_from_args(args)
-    config, data, model, tokenizer = load_run(config, train_cli.data_source(args, config), train_cli.model_source(args))
+    data = load_data(train_cli.data_source(args, config))
+    model, tokenizer = load_model_and_tokenizer(train_cli.model_source(args), data.public, data.private.num_labels,
+                                                init_generator(config.seed))
     return RunInputs(config=config, model=model, vocab_size=len(tokenizer), max_length=args.max_length,
                      num_labels=data.private.num_labels, train=to_records(tokenizer, data.private, args.max_length),
                      public=to_records(tokenizer, data.public, args.max_length),
@@ -105,7 +108,7 @@ def _power(cfg, out: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from raptor.audit.report import plot_scores, write_json
-    from raptor.cli.checks import check_audit_args
+    from raptor.cli.flag_checks import check_audit_args
     from raptor.cli.run_lock import claim_output_dir
     from raptor.errors import ConfigError
 

@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from raptor.data.model_source import FAMILY_NAMES
 from raptor.errors import ConfigError
-from raptor.training.loaders import FAMILY_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if args.json and args.json != "-":
-        from raptor.cli.checks import check_output_file
+        from raptor.cli.flag_checks import check_output_file
 
         check_output_file(args.json, "--json")  # before the benchmark runs (issue 26)
     if args.reps is not None and args.reps < 1:

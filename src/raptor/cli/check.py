@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from raptor.training.loaders import FAMILY_NAMES
+from raptor.data.model_source import FAMILY_NAMES
 from raptor.training.names import CHECK_DTYPES
 
 
@@ -33,15 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from raptor.audit.engine_check import BF16_TOLERANCE, check_family
     from raptor.errors import ConfigError
-    from raptor.training.engine_check import BF16_TOLERANCE, check_family
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
     if args.seq_len < 2:
         raise ConfigError(f"--seq-len must be an integer >= 2 (records hold tokens to compare), got {args.seq_len}")
-    from raptor.cli.checks import MAX_TINY_LENGTH, check_at_most, check_seed
-    from raptor.training.run_checks import check_device
+    from raptor.cli.flag_checks import MAX_TINY_LENGTH, check_at_most, check_seed
+    from raptor.training.run.preflight import check_device
 
     check_seed(args.seed)  # issue 35: bounds, the tolerance and the device before the model is built
     check_at_most("--batch-size", args.batch_size, 1024, " (the reference loop runs one record at a time)")

@@ -130,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from raptor.training.run_checks import check_output_dir
+    from raptor.training.run.preflight import check_output_dir
 
     fill_recipe(args)
 
@@ -194,10 +194,11 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
 def run_method(args: argparse.Namespace, method: str, private, public, dev, public_source=None) -> dict:
     """One private fine-tuning run from the warm start; a summary dict (with the full results)."""
     from raptor.data.loaders import to_records
+    from raptor.data.model_source import ModelSource, init_generator, load_model_and_tokenizer
     from raptor.training.evaluator import Evaluator
-    from raptor.training.fine_tune import run_fine_tune
-    from raptor.training.head_init import LABEL_WORDS, fit_head_on_public, init_head_from_label_words
-    from raptor.training.loaders import ModelSource, init_generator, load_model_and_tokenizer
+    from raptor.training.run.fine_tune import run_fine_tune
+    from raptor.training.run.options import RunOptions
+    from raptor.training.setup.head_init import LABEL_WORDS, fit_head_on_public, init_head_from_label_words
 
     started = time.perf_counter()
     model, tokenizer = load_model_and_tokenizer(ModelSource(model=args.model), public, private.num_labels,
@@ -209,8 +210,8 @@ def run_method(args: argparse.Namespace, method: str, private, public, dev, publ
     steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
     config = train_config(args, method, steps_hint)
     start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
-    out = run_fine_tune(model, tokenizer, private, dev, config, public=public, public_source=public_source,
-                        progress=not args.no_progress)
+    out = run_fine_tune(model, tokenizer, private, dev, config, RunOptions(progress=not args.no_progress),
+                        public=public, public_source=public_source)
     r = out.results
     curve = [{"step": 0, "accuracy": start_point["accuracy"], "epsilon": 0.0}] + \
         [{"step": e["step"], "accuracy": e["accuracy"], "epsilon": e["epsilon"]} for e in r["evals"]]
@@ -260,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
 
     from raptor import __version__
     from raptor.data import load_bundled_sst2
-    from raptor.training.json_io import write_strict_json
+    from raptor.training.saving.json_io import write_strict_json
 
     _check_args(args)
     started = time.perf_counter()

@@ -104,7 +104,7 @@ def check_tokenizer_name(name: str | None) -> None:
     as for ``--model``, instead of a minute of retries)."""
     if name is None or Path(name).expanduser().exists():
         return
-    from raptor.training.run_checks import hub_reachable
+    from raptor.training.run.preflight import hub_reachable
 
     if _looks_local(name) or not hub_reachable():
         why = "no such directory or file" if _looks_local(name) else \
@@ -137,7 +137,7 @@ def check_public_file(train_file: str | None, public_file: str | None) -> None:
 
 def check_resume_output(output_dir: Path, resume: str | None, overwrite: bool) -> None:
     """``--resume A/checkpoint --output-dir B``: B may be new, empty or A itself, never another run."""
-    from raptor.training.run_checks import RUN_MARKERS
+    from raptor.training.run.preflight import RUN_MARKERS
 
     if not resume or overwrite or not output_dir.is_dir():
         return
@@ -150,7 +150,7 @@ def check_resume_output(output_dir: Path, resume: str | None, overwrite: bool) -
 
 def check_tiny_sizes(args) -> None:
     """The size flags of a tiny random-init family, named (not ``TinySize.hidden_size``)."""
-    from raptor.training.loaders import FAMILY_NAMES
+    from raptor.data.model_source import FAMILY_NAMES
 
     if args.model not in FAMILY_NAMES:
         return
@@ -166,7 +166,7 @@ def check_tiny_sizes(args) -> None:
 
 
 def check_max_length(args) -> None:
-    from raptor.training.loaders import FAMILY_NAMES
+    from raptor.data.model_source import FAMILY_NAMES
 
     if args.model in FAMILY_NAMES:
         if args.max_length > MAX_TINY_LENGTH:

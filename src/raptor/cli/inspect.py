@@ -33,10 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.cli.checks import check_inspect_args
+    from raptor.cli.flag_checks import check_inspect_args
     from raptor.data.loaders import load_data, to_records
-    from raptor.training.layer_report import layer_report
-    from raptor.training.loaders import init_generator, load_model_and_tokenizer
+    from raptor.data.model_source import init_generator, load_model_and_tokenizer
+    from raptor.training.setup.layer_report import layer_report
 
     check_inspect_args(args)  # before any data is read (issue 26)
     split = load_data(data_source(args)).split

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = one_line
-        from raptor.cli.checks import Terminated, interrupted_message, on_sigterm, write_error_message
+        from raptor.cli.flag_checks import Terminated, interrupted_message, on_sigterm, write_error_message
 
         old_term = _install_sigterm(on_sigterm)
         try:

@@ -42,7 +42,7 @@ def model_dir(path: str | Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.training.run_checks import check_device
+    from raptor.training.run.preflight import check_device
 
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--output {out}: must end in .csv or .jsonl")
     if out.is_dir():
         raise ConfigError(f"--output {out}: is a directory; give a file name")
-    from raptor.cli.checks import check_model_dir, check_predict_output
+    from raptor.cli.flag_checks import check_model_dir, check_predict_output
     from raptor.data.user_files import read_texts
 
     check_predict_output(out, args.input, args.max_length)  # issue 26: before anything is computed
@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from raptor.data import ClassificationData, collate, encode
-    from raptor.training.final_model import load_final_model
-    from raptor.training.plain import classification_logits
+    from raptor.training.saving.final_model import load_final_model
+    from raptor.training.step.plain import classification_logits
 
     model, tokenizer, names, saved_length = load_final_model(directory, args.device)
     max_length = args.max_length or saved_length or 128

@@ -110,10 +110,10 @@ def _device(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from raptor.cli.checks import check_pretrain_args
+    from raptor.cli.flag_checks import check_pretrain_args
     from raptor.cli.run_lock import claim_output_dir
     from raptor.pretrain.run import pretrain
-    from raptor.training.run_checks import check_output_dir
+    from raptor.training.run.preflight import check_output_dir
 
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path")

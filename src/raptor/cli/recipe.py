@@ -37,15 +37,32 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
                           help="a named set of defaults; flags given explicitly win. paper: the reference's protocol "
                                "(frozen label-word head, LoRA r 8 in both streams, last MoE layer, B 1024, AdamW lr "
                                "2e-4, 3 epochs, C 1, shared ratio 0.3, max length 128; docs/METHOD.md) (default none)")
-    method_g.add_argument("--lora", action="store_true", default=None,
-                          help="train LoRA adapters on the method's own set (attention LoRA in the shared stream, one "
-                               "LoRA per expert of the trained layers in the expert stream) (default off)")
+    method_g.add_argument("--lora", nargs="?", type=_rank, const=True, default=None, metavar="RANK",
+                          help="train LoRA adapters of rank RANK (8 when no rank is given) on the method's own set "
+                               "(attention LoRA in the shared stream, one LoRA per expert of the trained layers in the "
+                               "expert stream); with --method dp-lora, which is always LoRA, it sets the rank (the "
+                               "reference's DeepSeek-VL2 setting: --lora 16) (default off)")
     method_g.add_argument("--freeze-head", action="store_true", default=None,
                           help="keep the output head at its initial (e.g. label-word) weights: in no clipping group, "
                                "never updated (default off)")
     privacy_g.add_argument("--shared-split", choices=("none", "head"), default="none",
                            help="head: clip the output head and the backbone as two groups of the shared stream, each "
                                 "at its public median scale, noised as one Gaussian (same budget) (default none)")
+
+
+def _rank(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the LoRA rank must be an integer, got {text!r}") from None
+
+
+def lora_settings(args: argparse.Namespace, method: str) -> dict:
+    """``lora`` and ``lora_rank`` of the config from ``--lora [RANK]`` (dp-lora is LoRA by its method:
+    the flag only sets its rank)."""
+    value = args.lora
+    rank = value if isinstance(value, int) and not isinstance(value, bool) else TrainConfig.lora_rank
+    return {"lora": bool(value) and method != "dp-lora", "lora_rank": rank}
 
 
 def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:

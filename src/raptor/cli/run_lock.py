@@ -31,7 +31,7 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
     :class:`ConfigError` if another live process holds it. ``distributed``: a torchrun job, whose
     rank 0 alone writes and takes the lock (the other ranks share its directory)."""
     if distributed:
-        from raptor.cli.distributed import launch_rank
+        from raptor.cli.torchrun import launch_rank
 
         if launch_rank() != 0:
             return None
@@ -59,11 +59,11 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
 def claim_output_dir(output_dir, *, command: str, writes: Iterable[str] = (), resume: bool = False,
                      flag: str = "--output-dir") -> Path:
     """The output directory of a command other than ``raptor train`` (pretrain, audit, predict; issue
-    35): usable (:func:`raptor.training.run_checks.check_output_dir`), locked (:func:`lock_output_dir`),
+    35): usable (:func:`raptor.training.run.preflight.check_output_dir`), locked (:func:`lock_output_dir`),
     and holding nothing but the files ``command`` writes itself (``writes``: their names), so that a
     train run, a saved model or another command's results are never overwritten. ``resume``: the
     directory is this command's own earlier run (checked by the command)."""
-    from raptor.training.run_checks import check_output_dir
+    from raptor.training.run.preflight import check_output_dir
 
     directory = check_output_dir(output_dir, overwrite=True, resume=True)
     lock_output_dir(directory, flag)

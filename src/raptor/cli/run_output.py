@@ -1,12 +1,33 @@
-"""What ``raptor train`` prints and writes around a run, for both objectives: the settings line,
-results.json and the non-finite-gradient warning."""
+"""What ``raptor train`` loads, prints and writes around a run, for both objectives: its inputs,
+the settings line, results.json and the non-finite-gradient warning."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from raptor.training.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What ``raptor train``'s flags load before the run, for either objective: the model and
+    tokenizer, the private, validation and declared-public records with their source, the weights
+    read unchanged from a base checkpoint (``base``; None: those of ``--model``), what the head was
+    initialised from, the dev metrics and what results.json's ``data`` entry adds."""
+
+    model: object
+    tokenizer: object
+    private: object
+    validation: object
+    public: object
+    source: object
+    label_names: tuple | None = None
+    label_words: list | None = None
+    metrics: tuple | None = None
+    base: dict | None = None
+    data: dict = field(default_factory=dict)
 
 
 def settings_line(args: argparse.Namespace, config: TrainConfig, num_private: int, *,
@@ -31,7 +52,7 @@ def settings_line(args: argparse.Namespace, config: TrainConfig, num_private: in
 
 def write_results(path: Path, results: dict) -> None:
     """results.json as strict JSON (non-finite floats as strings)."""
-    from raptor.training.json_io import write_strict_json
+    from raptor.training.saving.json_io import write_strict_json
 
     write_strict_json(path, results)
 
@@ -69,7 +90,7 @@ def save_run(out: Path, trainer, tokenizer, label_names, max_length: int, result
     raised again once they are written, saying so."""
     import sys
 
-    from raptor.training.final_model import save_final_model
+    from raptor.training.saving.final_model import save_final_model
 
     trainer.save(out / "checkpoint")
     save_final_model(out / "model", trainer.model, tokenizer, label_names, max_length)

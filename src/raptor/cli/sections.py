@@ -1,6 +1,6 @@
 """The sections of ``raptor train --help`` (issue 25): each train flag sits in exactly one.
 
-Every module that adds train flags (``cli/train.py``, ``cli/recipe.py``, ``cli/distributed.py``,
+Every module that adds train flags (``cli/train.py``, ``cli/recipe.py``, ``cli/torchrun.py``,
 ``cli/train_generate.py``) asks :func:`section` for its group by name, so that one help page lists
 the flags section by section in the order of :data:`SECTIONS`, whichever module added them.
 """

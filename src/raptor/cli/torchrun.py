@@ -39,7 +39,7 @@ def launch_rank(name: str = "RANK") -> int:
 
 def communicator_from_args(args: argparse.Namespace):
     """The run's communicator: one process without ``--distributed``, else the torchrun job's."""
-    from raptor.training.distributed import DistConfig, init_communicator
+    from raptor.training.run.distributed import DistConfig, init_communicator
 
     if not args.distributed:
         return init_communicator(None)

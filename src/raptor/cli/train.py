@@ -40,8 +40,9 @@ import math
 import sys
 import time
 
-from raptor.cli.run_output import nonfinite_warning, settings_line, write_results  # noqa: F401 - moved; names kept
+from raptor.cli.run_output import Inputs, nonfinite_warning, settings_line
 from raptor.cli.sections import add_sections, section
+from raptor.data.model_source import DEFAULT_MODEL, ModelSource
 from raptor.data.public_source import GLUE_PUBLIC_FRACTION
 from raptor.data.user_files import TASK_TYPES
 from raptor.errors import ConfigError
@@ -58,10 +59,7 @@ from raptor.training.config import (
     PrivacyConfig,
     Schedule,
     TrainConfig,
-    default_batch_size,  # noqa: F401 - re-exported: the one default of the library and the CLI
-    with_batch_size,
 )
-from raptor.training.loaders import DEFAULT_MODEL, ModelSource
 from raptor.training.names import METRICS
 
 _TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
@@ -75,7 +73,7 @@ PRETRAINED_LR: float = 2e-4
 
 
 def default_lr(model: str) -> float:
-    from raptor.training.loaders import FAMILY_NAMES, shipped_models
+    from raptor.data.model_source import FAMILY_NAMES, shipped_models
 
     return TINY_LR if model in FAMILY_NAMES or model in shipped_models() else PRETRAINED_LR
 
@@ -123,13 +121,13 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 def data_source(args: argparse.Namespace, config: TrainConfig | None = None):
     """The data flags as a :class:`raptor.data.loaders.DataSource`; with ``config`` (``raptor
     train``), what the run needs from public data follows its method
-    (:func:`raptor.training.public_stage.public_needs`)."""
+    (:func:`raptor.training.setup.public_stage.public_needs`)."""
     from raptor.data.loaders import DataSource
 
     extra = {}
     if config is not None:
         from raptor.training.methods import METHOD_SPECS
-        from raptor.training.public_stage import public_needs
+        from raptor.training.setup.public_stage import public_needs
 
         trains_tokenizer = model_source(args).is_tiny and not args.tokenizer
         extra = dict(nonprivate=config.method == "nonprivate",
@@ -168,10 +166,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     optim_g.add_argument("--lr-expert", type=float, default=None, help="expert-stream learning rate (default: --lr)")
     optim_g.add_argument("--optimizer", choices=OPTIMIZERS, default=_OC.name, help=f"optimizer (default {_OC.name})")
     method_g.add_argument("--layers", default=None,
-                          help="'auto' (public routing entropy), 'last' (the last MoE layer) or e.g. '1' or '0,1' "
-                               "(default auto)")
-    method_g.add_argument("--num-auto-layers", type=int, default=_TC.num_auto_layers,
-                          help=f"how many layers 'auto' protects (default {_TC.num_auto_layers})")
+                          help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the "
+                               "last MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
     privacy_g.add_argument("--clip", type=float, default=_PC.clip_shared,
                            help=f"shared clip norm C_s (and dense C) (default {_PC.clip_shared:g})")
     privacy_g.add_argument("--clip-expert", type=float, default=_PC.clip_expert,
@@ -198,9 +194,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_g.add_argument("--dtype", choices=DTYPES, default=_PERF.dtype,
                        help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and "
                             f"the optimizer's master weights stay float32) (default {_PERF.dtype})")
-    from raptor.cli import distributed
+    from raptor.cli import torchrun
 
-    distributed.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
+    torchrun.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
     run_g.add_argument("--eval-every", type=int, default=_TC.eval_every,
                        help=f"evaluate every N steps, 0: at the end (default {_TC.eval_every})")
     run_g.add_argument("--checkpoint-every", type=int, default=0,
@@ -235,30 +231,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_generate_arguments(parser)
 
 
-def parse_layers(text: str):
+def parse_layers(text: str) -> tuple[str | tuple[int, ...], int]:
+    """``--layers`` as the config's (``layers``, ``num_auto_layers``): 'auto' (one layer), 'auto:K',
+    'last' or comma-separated MoE layer indices."""
+    default = TrainConfig.num_auto_layers
     if text in ("auto", "last"):
-        return text
+        return text, default
     try:
-        return tuple(int(v) for v in text.split(","))
+        if text.startswith("auto:"):
+            return "auto", int(text[len("auto:"):])
+        return tuple(int(v) for v in text.split(",")), default
     except ValueError as err:
-        raise ConfigError(f"--layers must be 'auto', 'last' or comma-separated MoE layer indices, got {text!r}") from err
+        raise ConfigError(f"--layers must be 'auto', 'auto:K' (K layers), 'last' or comma-separated MoE layer "
+                          f"indices, got {text!r}") from err
 
 
-def config_from_args(args: argparse.Namespace, num_private: int | None = None) -> TrainConfig:
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The run's config; a field error names the flag (``--epsilon must be a positive number``).
-    ``--batch-size`` left to its default is N/10 (:func:`raptor.training.config.default_batch_size`,
-    the library's default too) once ``num_private`` is known (until then None), ``--lr`` the
-    default of the model kind (:func:`default_lr`)."""
+    ``--batch-size`` left to its default stays None (the run resolves it to N/10,
+    :func:`raptor.training.config.resolve_batch_size`), ``--lr`` the default of the model kind
+    (:func:`default_lr`)."""
     from raptor.cli.recipe import apply_recipe
-    from raptor.training.run_checks import flag_message
+    from raptor.training.run.preflight import flag_message
 
     try:
-        return _config_from_args(apply_recipe(args), num_private)
+        return _config_from_args(apply_recipe(args))
     except ConfigError as err:
         raise flag_message(err) from None
 
 
-def _config_from_args(args: argparse.Namespace, num_private: int | None) -> TrainConfig:
+def _config_from_args(args: argparse.Namespace) -> TrainConfig:
+    from raptor.cli.recipe import lora_settings
+
+    layers, num_auto = parse_layers(args.layers)
     nonprivate = args.method == "nonprivate"
     privacy = PrivacyConfig(
         epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
@@ -268,24 +273,24 @@ def _config_from_args(args: argparse.Namespace, num_private: int | None) -> Trai
     )
     config = TrainConfig(
         method=args.method, epochs=args.epochs, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
-        output_dir=str(args.output_dir), layers=parse_layers(args.layers), num_auto_layers=args.num_auto_layers,
-        eval_every=args.eval_every, max_length=args.max_length, privacy=privacy, lora_rank=args.lora_rank,
-        lora=args.lora, freeze_head=args.freeze_head,
+        output_dir=str(args.output_dir), layers=layers, num_auto_layers=num_auto,
+        eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
+        **lora_settings(args, args.method), freeze_head=args.freeze_head,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
                                       memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else default_lr(args.model),
                           lr_expert=args.lr_expert,
                           weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
     )
-    return config if num_private is None else with_batch_size(config, num_private)
+    return config
 
 
 def check_before_training(args: argparse.Namespace) -> TrainConfig:
     """Everything that can be checked before data is read or anything is spent: the flags, the
     output directory, the device, the model name and the checkpoint to resume."""
-    from raptor.cli.checks import check_train_args
-    from raptor.training.loaders import FAMILY_NAMES, shipped_models
-    from raptor.training.run_checks import check_device, check_model_name, check_output_dir
+    from raptor.cli.flag_checks import check_train_args
+    from raptor.data.model_source import FAMILY_NAMES, shipped_models
+    from raptor.training.run.preflight import check_device, check_model_name, check_output_dir
 
     check_train_args(args)  # issue 26: flags the typed configs cannot see
     config = config_from_args(args)
@@ -297,7 +302,7 @@ def check_before_training(args: argparse.Namespace) -> TrainConfig:
     check_device(args.device)
     check_model_name(args.model, FAMILY_NAMES, shipped_models())
     if args.resume:
-        from raptor.training.checkpoint import read_state
+        from raptor.training.saving.checkpoint import read_state
 
         read_state(args.resume)  # exists, is a checkpoint, is readable
     return config
@@ -327,70 +332,96 @@ def quiet_transformers(args: argparse.Namespace) -> None:
         transformers.utils.logging.disable_progress_bar()
 
 
-def run(args: argparse.Namespace) -> int:
-    """check -> data -> model -> :func:`raptor.training.fine_tune.run_fine_tune` (both objectives;
-    checkpoints from step 0) -> final model and results."""
-    from raptor.cli.distributed import check_supported
-    from raptor.cli.train_generate import check_generate_flags, run_generate
-
-    check_supported(args)  # --distributed: classification only
-    quiet_transformers(args)
-    if args.objective == "generate":
-        check_generate_flags(args)
-        return run_generate(args, check_before_training(args))
-    from raptor.cli.distributed import communicator_from_args
-    from raptor.cli.run_output import run_results, save_run, summary_line
+def classification_inputs(args: argparse.Namespace, config: TrainConfig) -> Inputs:
+    """The records of the data flags, checked against the metric and head flags, then the model
+    (:func:`raptor.data.model_source.load_model_and_tokenizer`) and its head."""
     from raptor.data.loaders import load_data
-    from raptor.errors import BudgetExceededError
-    from raptor.training.fine_tune import run_fine_tune
-    from raptor.training.loaders import init_generator, load_model_and_tokenizer
-    from raptor.training.plan import check_batch_size
+    from raptor.data.model_source import init_generator, load_model_and_tokenizer
 
-    config = check_before_training(args)
-    started = time.perf_counter()
-    comm = communicator_from_args(args)  # one process without --distributed
     data = load_data(data_source(args, config))
     if data.task_type == "regression" and args.head_init == "label-words":
-        from raptor.training.head_init import REGRESSION_REFUSAL
+        from raptor.training.setup.head_init import REGRESSION_REFUSAL
 
         raise ConfigError(REGRESSION_REFUSAL)
-    config = config_from_args(args, len(data.private))
-    check_batch_size(config.batch_size, len(data.private))
     metrics = _metrics(args, data)  # before the model is built (issue 35: --metric f1 on 3 classes)
-    print(settings_line(args, config, len(data.private), task_type=data.task_type)
-          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"), flush=True)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels,
                                                 init_generator(config.seed))
     label_words = _init_head(args, model, tokenizer, data.private.label_names)
-    path = config.output_path
-    path.mkdir(parents=True, exist_ok=True)
+    # the library's data entry, with what only the CLI knows: the source's name, the slice rule, the metrics
+    return Inputs(model, tokenizer, data.private, data.validation_sets or None, data.public, data.public_source,
+                  label_names=tuple(data.private.label_names), label_words=label_words, metrics=metrics,
+                  data={"source": data.source, "public_rule": data.split.rule, "metrics": list(metrics),
+                        "task_type": data.task_type})
+
+
+def run_options(args: argparse.Namespace, inputs: Inputs, *, is_main: bool = True):
+    """The run's :class:`~raptor.training.run.options.RunOptions` from the flags."""
+    from raptor.training.run.options import RunOptions
+
+    generate = args.objective == "generate"
+    return RunOptions(metrics=inputs.metrics, max_new_tokens=args.max_new_tokens,
+                      freeze_shared_experts=generate and args.freeze_shared_experts, resume=args.resume,
+                      progress=not args.no_progress and is_main, checkpoint_every=args.checkpoint_every,
+                      checkpoint_start=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """check -> the objective's inputs -> :func:`raptor.training.run.fine_tune.run_fine_tune`
+    (checkpoints from step 0) -> final model and results."""
+    from raptor.cli.run_output import run_results, save_run, summary_line
+    from raptor.cli.torchrun import check_supported, communicator_from_args
+    from raptor.cli.train_generate import check_generate_flags, generate_inputs, generate_lines
+    from raptor.errors import BudgetExceededError
+    from raptor.training.run.fine_tune import run_fine_tune
+
+    check_supported(args)  # --distributed: classification only
+    quiet_transformers(args)
+    generate = args.objective == "generate"
+    if generate:
+        check_generate_flags(args)
+    config = check_before_training(args)
+    started = time.perf_counter()
+    comm = communicator_from_args(args)  # one process without --distributed
+    inputs = generate_inputs(args, config) if generate else classification_inputs(args, config)
+    label = "raptor train (generate)" if generate else "raptor train"
+
+    def announce(trainer) -> None:  # the batch size is resolved now
+        print(settings_line(args, trainer.config, trainer.num_records,
+                            task_type=None if generate else inputs.data.get("task_type"))
+              .replace("raptor train:", f"{label}:", 1)
+              + ("" if trainer.config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"), flush=True)
+
     stopped = None
     try:
-        out = run_fine_tune(model, tokenizer, data.private, data.validation_sets or None, config,
-                            public=data.public, public_source=data.public_source, metrics=metrics,
-                            resume=args.resume, progress=not args.no_progress and comm.is_main,
-                            checkpoint_every=args.checkpoint_every, checkpoint_start=True, model_name=args.model,
-                            comm=comm, label_words=label_words)
+        out = run_fine_tune(inputs.model, inputs.tokenizer, inputs.private, inputs.validation, config,
+                            run_options(args, inputs, is_main=comm.is_main), public=inputs.public,
+                            public_source=inputs.source, model_name=args.model, base=inputs.base, comm=comm,
+                            label_words=inputs.label_words, announce=announce if comm.is_main else None)
     except BudgetExceededError as err:  # the checkpoint is saved; write results and the model, then fail
         stopped, out = err, err.partial
     trainer, results = out.trainer, out.results
+    path = config.output_path
     if not comm.is_main:  # rank 0 writes; the others join its checkpoint barrier and leave
-        trainer.save(config.output_path / "checkpoint")
+        trainer.save(path / "checkpoint")
         comm.close()
         if stopped is not None:
             raise stopped
         return 0
-    # the library's data entry, with what only the CLI knows: the source's name, the slice rule, the metrics
-    results["data"].update(source=data.source, public_rule=data.split.rule, metrics=list(metrics))
-    print(summary_line(trainer, results["data"]) + f"\nrandomness: {trainer.randomness}")
-    results.update(run_results(args, trainer, started), head_init={"rule": args.head_init, "label_words": label_words})
-    save_run(path, trainer, out.tokenizer, data.private.label_names, config.max_length, results, stopped)
-    eps = results["epsilon"]
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in results["final_metrics"].items()) or "no dev split"
-    print(f"dev {shown}; epsilon {eps:.4g} at delta {results['delta']}"
-          if math.isfinite(eps) else f"dev {shown} (non-private: epsilon = inf)")
-    print(f"wrote {path / 'results.json'} and the fine-tuned model in {path / 'model'} "
-          f"(raptor predict --model {path} --input FILE)")
+    results["data"].update(inputs.data)
+    zero_shot = results.get("zero_shot") if generate else None
+    print(summary_line(trainer, results["data"], label=label)
+          + (f"; zero-shot exact match {zero_shot['exact_match']:.3f}" if zero_shot else "")
+          + (f"; resumed at step {trainer.state.step}" if generate and args.resume else "")
+          + f"\nrandomness: {trainer.randomness}")
+    results.update(run_results(args, trainer, started))
+    if generate:
+        results["final_model"] = str(path / "model")
+    else:
+        results["head_init"] = {"rule": args.head_init, "label_words": inputs.label_words}
+    path.mkdir(parents=True, exist_ok=True)
+    save_run(path, trainer, out.tokenizer, inputs.label_names, trainer.config.max_length, results, stopped)
+    for line in (generate_lines(results, path) if generate else _classification_lines(results, path)):
+        print(line)
     warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
     if warning:
         print(warning, file=sys.stderr)
@@ -398,11 +429,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _classification_lines(results: dict, path) -> list[str]:
+    eps = results["epsilon"]
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in results["final_metrics"].items()) or "no dev split"
+    return [f"dev {shown}; epsilon {eps:.4g} at delta {results['delta']}"
+            if math.isfinite(eps) else f"dev {shown} (non-private: epsilon = inf)",
+            f"wrote {path / 'results.json'} and the fine-tuned model in {path / 'model'} "
+            f"(raptor predict --model {path} --input FILE)"]
+
+
 def _init_head(args, model, tokenizer, label_names=()) -> list[str] | None:
     """``--head-init label-words``: the head from the label words' embeddings (public; no record read).
     Words that are the label names go to those labels, in any order; words that the tokenizer cannot
     tell apart are refused (issue 35). Returns the words in label-id order."""
-    from raptor.training.head_init import LABEL_WORDS, init_head_from_label_words
+    from raptor.training.setup.head_init import LABEL_WORDS, init_head_from_label_words
 
     if args.head_init == "random":
         if args.label_words:

@@ -28,11 +28,11 @@ alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
 
     raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl --public-file public_vqa.jsonl \\
         --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
-    raptor train ... --method dp-lora --lora-rank 16 --epsilon 8 --delta 1e-5
+    raptor train ... --method dp-lora --lora 16 --epsilon 8 --delta 1e-5
 
 Runs as ``raptor train`` (the same library function,
-:func:`raptor.training.fine_tune.run_fine_tune`; the loaders are
-:mod:`raptor.training.generate_inputs`): flags, ``--output-dir`` (``--overwrite``),
+:func:`raptor.training.run.fine_tune.run_fine_tune`; the loaders are
+:mod:`raptor.data.generate_inputs`): flags, ``--output-dir`` (``--overwrite``),
 ``--device``, ``--model`` and ``--resume`` checked before anything is read; ``--batch-size``
 default N/10; checkpoints (``OUTPUT_DIR/checkpoint``) before the first update, every
 ``--checkpoint-every`` steps and at the end, holding the initial weights not in a base checkpoint
@@ -51,13 +51,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-import time
 
 from raptor.cli.sections import section
+from raptor.data.generate_inputs import GenerateSource
 from raptor.errors import ConfigError
 from raptor.training.config import TrainConfig
-from raptor.training.generate_inputs import GenerateSource
 
 
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +65,6 @@ def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     data_g.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2) (default image)")
     data_g.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2) (default question)")
     run_g.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
-    method_g.add_argument("--lora-rank", type=int, default=8, help="dp-lora rank, both objectives (the reference's VL2 setting: 16) (default 8)")
     method_g.add_argument("--freeze-shared-experts", action="store_true",
                           help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
                                "training them in the shared group (default off)")
@@ -84,7 +81,7 @@ def check_generate_flags(args: argparse.Namespace) -> None:
 
 
 def generate_source(args: argparse.Namespace) -> GenerateSource:
-    """The data and model flags as a :class:`raptor.training.generate_inputs.GenerateSource`."""
+    """The data and model flags as a :class:`raptor.data.generate_inputs.GenerateSource`."""
     return GenerateSource(model=args.model, train_file=args.train_file, validation_file=args.validation_file,
                           public_file=args.public_file, public_size=args.public_size, tokenizer=args.tokenizer,
                           prompt_field=args.prompt_field, answer_field=args.answer_field,
@@ -95,60 +92,25 @@ def generate_source(args: argparse.Namespace) -> GenerateSource:
                           nonprivate=args.method == "nonprivate")
 
 
-def run_generate(args: argparse.Namespace, config: TrainConfig) -> int:
-    """data -> model -> :func:`raptor.training.fine_tune.run_fine_tune` (the function classification
-    runs through too; checkpoints from step 0, resume) -> final model and results. ``config``: the
-    flags, checked with the output directory, device, model and checkpoint
-    (:func:`raptor.cli.train.check_before_training`)."""
-    from raptor.cli.run_output import (
-        nonfinite_warning,
-        run_results,
-        save_run,
-        settings_line,
-        summary_line,
-    )
-    from raptor.errors import BudgetExceededError
-    from raptor.training.config import with_batch_size
-    from raptor.training.fine_tune import run_fine_tune
-    from raptor.training.generate_inputs import read_generate_inputs
-    from raptor.training.loaders import init_generator
-    from raptor.training.plan import check_batch_size
+def generate_inputs(args: argparse.Namespace, config: TrainConfig):
+    """The JSONL records (every VL2 image checked first), the declared public split, then the model
+    (:func:`raptor.data.generate_inputs.read_generate_inputs`), as ``raptor train``'s
+    :class:`~raptor.cli.run_output.Inputs`."""
+    from raptor.cli.run_output import Inputs
+    from raptor.data.generate_inputs import read_generate_inputs
+    from raptor.data.model_source import init_generator
 
-    started = time.perf_counter()
     source = generate_source(args)
     source.public_source()  # declared before anything is read
     inputs = read_generate_inputs(source, init_generator(config.seed))
-    n = inputs.info["private_records"]
-    config = with_batch_size(config, n)  # --batch-size default: N/10, as classification
-    check_batch_size(config.batch_size, n)
-    print(settings_line(args, config, n).replace("raptor train:", "raptor train (generate):", 1)
-          + ("" if config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"), flush=True)
-    out = config.output_path  # created by the first checkpoint: a refused resume leaves nothing behind
-    stopped = None
-    try:
-        res = run_fine_tune(inputs.model, inputs.tokenizer, inputs.private, inputs.dev, config,
-                            public=inputs.public, public_source=inputs.source, max_new_tokens=args.max_new_tokens,
-                            freeze_shared_experts=args.freeze_shared_experts, resume=args.resume,
-                            progress=not args.no_progress, checkpoint_every=args.checkpoint_every,
-                            checkpoint_start=True, model_name=args.model, base=inputs.base)
-    except BudgetExceededError as err:  # the checkpoint is saved; write results and the model, then fail
-        stopped, res = err, err.partial
-    trainer, results = res.trainer, res.results
-    out.mkdir(parents=True, exist_ok=True)
-    results["data"]["source"] = inputs.info["source"]
-    zero_shot = results["zero_shot"]
-    print(summary_line(trainer, results["data"], label="raptor train (generate)")
-          + (f"; zero-shot exact match {zero_shot['exact_match']:.3f}" if zero_shot else "")
-          + (f"; resumed at step {trainer.state.step}" if args.resume else "")
-          + f"\nrandomness: {trainer.randomness}")
-    results.update(run_results(args, trainer, started), final_model=str(out / "model"))
-    save_run(out, trainer, res.tokenizer, None, config.max_length, results, stopped)
-    eps = results["epsilon"]
+    return Inputs(inputs.model, inputs.tokenizer, inputs.private, inputs.dev, inputs.public, inputs.source,
+                  base=inputs.base, data={"source": inputs.info["source"]})
+
+
+def generate_lines(results: dict, out) -> list[str]:
+    """The last lines of a generative run: dev exact match and token F1 (zero-shot first), epsilon."""
+    eps, zero_shot = results["epsilon"], results["zero_shot"]
     zs = f" (zero-shot {zero_shot['exact_match']:.3f})" if zero_shot else ""
-    print(f"dev exact match {results['final_exact_match']}{zs}, token F1 {results['final_token_f1']}, "
-          + (f"epsilon {eps:.4g} at delta {results['delta']}" if math.isfinite(eps) else "non-private (epsilon = inf)"))
-    print(f"wrote {out / 'results.json'} and the fine-tuned model in {out / 'model'}")
-    warning = nonfinite_warning(results["nonfinite_records_diagnostic_not_dp"])
-    if warning:
-        print(warning, file=sys.stderr)
-    return 0
+    return [f"dev exact match {results['final_exact_match']}{zs}, token F1 {results['final_token_f1']}, "
+            + (f"epsilon {eps:.4g} at delta {results['delta']}" if math.isfinite(eps) else "non-private (epsilon = inf)"),
+            f"wrote {out / 'results.json'} and the fine-tuned model in {out / 'model'}"]

@@ -8,7 +8,7 @@
   every image is decoded before anything else happens).
 
 :func:`read_generate_inputs` is what ``raptor train --objective generate`` reads before it calls
-:func:`raptor.training.fine_tune.run_fine_tune`; :func:`split_public` is the one public/private
+:func:`raptor.training.run.fine_tune.run_fine_tune`; :func:`split_public` is the one public/private
 split of generative records, used by that loader and by :func:`raptor.fine_tune` alike.
 
 Privacy: the public records are only what :class:`GenerateSource` declares (a public file, a
@@ -147,8 +147,8 @@ def _load_model(source: GenerateSource, vl2: bool, public, generator):
         model = load_vl2(source.model)  # refuses a directory that does not fill every parameter
         base = {n: tuple(p.shape) for n, p in model.named_parameters()}
         return model, load_decoder_tokenizer(source.tokenizer or source.model), base
+    from raptor.data.model_source import base_weights
     from raptor.moe.causal import CAUSAL_CLASSES, build_causal_lm, load_causal_lm
-    from raptor.training.run_start import base_weights
 
     if source.model not in CAUSAL_CLASSES:
         return load_causal_lm(source.model), load_decoder_tokenizer(source.tokenizer or source.model), \
@@ -183,7 +183,7 @@ def encode_generative(model, tokenizer, private, public, dev, *, max_length: int
     from raptor.data.vqa import VQAData
 
     if isinstance(private, VQAData):
-        from raptor.training.vl2_processor import Vl2Processor
+        from raptor.data.vl2_processor import Vl2Processor
 
         proc = Vl2Processor(model, tokenizer)
 

@@ -19,7 +19,7 @@ label of a public record is read by anything that uses them: public routing (own
 denominators n_hat and the layer choice read ``input_ids`` and ``attention_mask`` only, and the one
 consumer of public labels, the public per-expert clip rules (``--clip-rule`` other than
 ``uniform``, which need public gradient norms), refuses an unlabelled corpus
-(:func:`raptor.training.public_stage.check_labelled`, through
+(:func:`raptor.training.setup.public_stage.check_labelled`, through
 :attr:`raptor.data.public_source.PublicSource.labelled`, which uses the same test of the file as
 this reader). Private-safe: the placeholders are constants computed from nothing (not from private
 records, not even from the public text), so they carry no information; what the run learns from
@@ -64,7 +64,7 @@ def read_public_corpus(path: str | Path, like: ClassificationData, *, text_colum
 def model_public_corpus(model: str | Path, like: ClassificationData) -> tuple[ClassificationData, PublicSource] | None:
     """The declared public corpus of ``model`` (a shipped name or a model directory) as records
     shaped like ``like`` (the private data) with its :class:`PublicSource` (kind ``model-corpus``:
-    pass it on as ``raptor.training.fine_tune.run_fine_tune(public_source=...)`` so that the run
+    pass it on as ``raptor.training.run.fine_tune.run_fine_tune(public_source=...)`` so that the run
     applies the rules of an unlabelled corpus), or ``None`` when the model carries none."""
     from raptor.shipped import public_corpus
 

@@ -3,22 +3,24 @@ experiments call.
 
 :class:`ModelSource` names a tiny family (random init from an explicit generator, WordPiece trained
 on the PUBLIC corpus only), a local ``save_pretrained`` directory or a hub name;
-:func:`load_model_and_tokenizer` loads it.
+:func:`load_model_and_tokenizer` loads it, :func:`init_generator` is the run's initialisation
+generator and :func:`base_weights` lists what a ``save_pretrained`` directory holds (a checkpoint
+stores only the weights not read unchanged from it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raptor.errors import CheckpointError
 from raptor.moe.names import FAMILY_NAMES
 
 if TYPE_CHECKING:  # torch, transformers and tokenizers are imported on use (fast CLI start-up)
     import torch
 
     from raptor.data import ClassificationData
-    from raptor.data.loaders import DataSource
-    from raptor.training.config import TrainConfig
 
 DEFAULT_MODEL = "switch_transformers"
 
@@ -85,19 +87,18 @@ def init_generator(seed: int | None) -> torch.Generator:
     return GeneratorSpec(secure=seed is None, seed=seed).make(3)
 
 
-def load_run(config: TrainConfig, data: DataSource, model: ModelSource):
-    """(config, data, model, tokenizer) of a classification run: the records of ``data``
-    (:func:`raptor.data.loaders.load_data`), ``config`` with its batch size resolved against the
-    private records (default N/10, :func:`raptor.training.plan.check_batch_size`), and the model
-    and tokenizer (:func:`load_model_and_tokenizer`, from :func:`init_generator` of the config's
-    seed). What ``raptor audit one-run`` loads from ``raptor train`` flags."""
-    from raptor.data.loaders import load_data
-    from raptor.training.config import with_batch_size
-    from raptor.training.plan import check_batch_size
+def base_weights(model_dir: str | Path | None) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of the weights stored in a ``save_pretrained`` directory's safetensors files
+    (empty for anything else: a tiny family, a hub name, a ``.bin`` checkpoint)."""
+    if model_dir is None or not Path(model_dir).is_dir():
+        return {}
+    from safetensors import SafetensorError, safe_open
 
-    loaded = load_data(data)
-    config = with_batch_size(config, len(loaded.private))
-    check_batch_size(config.batch_size, len(loaded.private))
-    net, tokenizer = load_model_and_tokenizer(model, loaded.public, loaded.private.num_labels,
-                                              init_generator(config.seed))
-    return config, loaded, net, tokenizer
+    out = {}
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                out.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
+        except (SafetensorError, OSError) as err:
+            raise CheckpointError(f"{file}: cannot be read ({err}); check the --model directory") from err
+    return out

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from raptor.moe.models import init_weights_
-from raptor.moe.vl2.checkpoint import save_release_checkpoint
 from raptor.moe.vl2.config import LanguageSpec, ProjectorSpec, VisionSpec, Vl2Config
 from raptor.moe.vl2.model import DeepseekVL2ForCausalLM
+from raptor.moe.vl2.release_files import save_release_checkpoint
 
 
 def tiny_vl2_config(vocab_size: int, *, hidden_size: int = 32, num_layers: int = 3, num_experts: int = 4,

@@ -15,7 +15,7 @@ with a constant prediction or constant targets is undefined and reported as ``na
 warning is silenced; the JSON writer spells it ``"nan"``).
 
 Privacy: these run on the validation split, which is evaluation data, not the private training
-records (see :mod:`raptor.training.trainer`).
+records (see :mod:`raptor.training.step.trainer`).
 """
 
 from __future__ import annotations

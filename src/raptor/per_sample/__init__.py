@@ -40,7 +40,7 @@ Example (compare with your own one-record loop)::
         assert torch.allclose(norm, res.norms[GroupKey.shared()][r])
 
 (``raptor.per_sample.reference.reference_compute`` does this for every group, with owner masking
-and clipping, and ``raptor.per_sample.check.compare`` reports the maximum relative errors.)
+and clipping, and ``raptor.audit.engine_check.compare`` reports the maximum relative errors.)
 """
 
 from raptor.per_sample.engine import EngineResult, PerRecordEngine, cross_entropy_per_record

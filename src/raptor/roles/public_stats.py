@@ -28,8 +28,8 @@ mis-scale the other half.
 
 n_hat is computed here and nowhere else: :func:`denominators` for the experts of one layer, and
 :func:`group_denominators` for every group key of a run (B for the shared/dense groups), which the
-public stage (:mod:`raptor.training.public_stage`) calls once before training; the per-step
-release (:mod:`raptor.training.release`) only divides by those numbers.
+public stage (:mod:`raptor.training.setup.public_stage`) calls once before training; the per-step
+release (:mod:`raptor.training.step.release`) only divides by those numbers.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class PrivacyConfig:
     and the backbone are two groups of the shared stream, each clipped to its own C_g (from the
     PUBLIC median per-record norms m_g: C_g = C_s m_g / ||m||, so the stream's total sensitivity
     stays C_s) and noised with sigma_s sqrt(2): the pair is still one Gaussian of multiplier
-    sigma_s (:mod:`raptor.training.step_plan`), so the budget is unchanged. It keeps the head,
+    sigma_s (:mod:`raptor.training.step.plan`), so the budget is unchanged. It keeps the head,
     whose per-record norm can be 1000x the backbone's, from eating the backbone's clip.
     """
 
@@ -164,7 +164,7 @@ class PerformanceConfig:
     ``micro_batch_size``: the largest size whose estimated peak working memory of one engine call
     (activations, per-record state, clipped sums; not the model or optimizer) fits, estimated by
     probing the engine on synthetic records of ``TrainConfig.max_length`` tokens
-    (:mod:`raptor.training.micro_batch`). It never depends on private data or on |S_t|.
+    (:mod:`raptor.training.step.micro_batch`). It never depends on private data or on |S_t|.
     """
 
     micro_batch_size: int = 32
@@ -225,8 +225,8 @@ class TrainConfig:
     """A training run. ``batch_size`` is the EXPECTED Poisson batch B (q = B/N); the number of
     updates is T = ceil(N/B) * epochs (or ``steps`` when given), fixed before training.
     ``batch_size=None`` (the default) is :func:`default_batch_size` of the number of private
-    records, resolved once N is known (:func:`with_batch_size`, called by ``fine_tune``,
-    ``build_trainer`` and ``raptor train``); an explicit value is kept as given.
+    records, resolved once N is known (:func:`resolve_batch_size`, called by the run's assembly,
+    :func:`raptor.training.run.assemble.assemble_run`); an explicit value is kept as given.
     ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
     of MoE layer indices, or "last" (the last MoE layer, the reference's choice); ``num_auto_layers``
     is how many "auto" picks. LoRA: rank 8, alpha 16 as in the reference, but dropout 0 (the
@@ -348,12 +348,22 @@ def default_batch_size(num_private: int) -> int:
     return max(1, min(1024, max(8, num_private // 10), num_private - 1))
 
 
-def with_batch_size(config: TrainConfig, num_private: int) -> TrainConfig:
-    """``config`` with ``batch_size`` resolved: :func:`default_batch_size` (``num_private``) when it is
-    None, else ``config`` unchanged. The one place the default is applied (library and CLI)."""
-    if config.batch_size is not None:
-        return config
-    return replace(config, batch_size=default_batch_size(num_private))
+def check_batch_size(batch_size: int, dataset_size: int) -> None:
+    """The expected Poisson batch size B must satisfy 1 <= B < N (q = B/N in (0, 1)): with B >= N
+    every record would be in almost every batch, and subsampling would amplify nothing."""
+    if not 1 <= batch_size < dataset_size:
+        raise ConfigError(f"--batch-size {batch_size} must be below the {dataset_size} private records (and at "
+                          "least 1): lower --batch-size or add records")
+
+
+def resolve_batch_size(config: TrainConfig, num_private: int) -> TrainConfig:
+    """``config`` with ``batch_size`` resolved against the ``num_private`` private records (a public
+    count): :func:`default_batch_size` when it is None, checked by :func:`check_batch_size` either
+    way. Called once per run, by :func:`raptor.training.run.assemble.assemble_run`."""
+    if config.batch_size is None:
+        config = replace(config, batch_size=default_batch_size(num_private))
+    check_batch_size(config.batch_size, num_private)
+    return config
 
 
 # ------------------------------------------------------------------------------------------
@@ -388,3 +398,18 @@ def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
                       performance=PerformanceConfig(micro_batch_size=4, eval_batch_size=16),
                       optim=OptimConfig(lr=1e-3))
     return replace(cfg, **overrides) if overrides else cfg
+
+
+#: config field (dotted, as in TrainConfig.to_dict) -> the ``raptor train`` flag that sets it
+FIELD_FLAGS: dict[str, str] = {
+    "method": "--method", "epochs": "--epochs", "steps": "--steps", "batch_size": "--batch-size",
+    "seed": "--seed", "layers": "--layers", "num_auto_layers": "--layers auto:K", "eval_every": "--eval-every",
+    "max_length": "--max-length", "privacy.epsilon": "--epsilon", "privacy.delta": "--delta",
+    "privacy.clip_shared": "--clip", "privacy.clip_expert": "--clip-expert", "privacy.clip_rule": "--clip-rule",
+    "privacy.shared_ratio": "--shared-ratio", "privacy.adjacency": "--adjacency",
+    "privacy.accountant": "--accountant", "privacy.schedule.alternate": "--alternate", "privacy.denominator": "--denominator",
+    "privacy.secure_rng": "--seed", "performance.micro_batch_size": "--micro-batch-size",
+    "performance.device": "--device", "optim.name": "--optimizer", "optim.lr": "--lr",
+    "optim.lr_expert": "--lr-expert", "performance.memory_budget_mib": "--memory-budget-mib",
+    "lora_rank": "--lora", "lora": "--lora", "objective": "--objective", "freeze_shared_experts": "--freeze-shared-experts",
+}

@@ -17,7 +17,7 @@
   the first split (a collapsed classifier: its accuracy is that class's share), that class id;
   else ``None``.
 
-Data-parallel runs (``comm``, :mod:`raptor.training.distributed`): each rank predicts its contiguous
+Data-parallel runs (``comm``, :mod:`raptor.training.run.distributed`): each rank predicts its contiguous
 shard of every split, and the predictions and loss sums are gathered on every rank before the
 metrics are computed, so every rank returns the same numbers as one process would.
 
@@ -72,7 +72,7 @@ class Evaluator:
             raise ConfigError(f"eval batch size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         self.device = None if device is None else torch.device(device)
-        self.comm = comm  # a raptor.training.distributed.Communicator (None: one process)
+        self.comm = comm  # a raptor.training.run.distributed.Communicator (None: one process)
 
     def key(self, split: str, metric: str) -> str:
         """The name of ``metric`` on ``split`` in the results."""
@@ -85,8 +85,8 @@ class Evaluator:
     @torch.no_grad()
     def predict(self, model: nn.Module, records: Records) -> tuple[torch.Tensor, float]:
         """(predictions ``[N]`` on the CPU, mean per-record loss) of ``model`` on ``records``."""
-        from raptor.training.objectives import loss_fn_for, predictions
-        from raptor.training.plain import classification_logits
+        from raptor.per_sample.task_losses import loss_fn_for, predictions
+        from raptor.training.step.plain import classification_logits
 
         loss_fn = loss_fn_for(self.task_type)
         device = self.device_for(model)

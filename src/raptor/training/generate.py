@@ -37,7 +37,7 @@ from torch import nn
 from raptor.data.qa import IGNORE_INDEX, GenerationEval
 from raptor.errors import ConfigError
 from raptor.training.evaluator import model_device
-from raptor.training.trainer import Trainer
+from raptor.training.step.trainer import Trainer
 
 
 def answer_loss_per_record(logits_BTV: torch.Tensor, labels_BT: torch.Tensor) -> torch.Tensor:
@@ -169,7 +169,7 @@ class GenerativeObjective:
 
 
 class GenerativeTrainer(Trainer):
-    """:class:`~raptor.training.trainer.Trainer` with generative evaluation.
+    """:class:`~raptor.training.step.trainer.Trainer` with generative evaluation.
 
     ``evaluate`` returns exact match (the main metric), token F1 and the mean dev answer loss; the token F1 and a few decoded
     examples of each evaluation are kept too, and ``results()`` names the fields for what they are

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from raptor.evaluation.metrics import METRICS
 
-#: precisions of ``raptor check``'s tiny model; the source is :data:`raptor.per_sample.check.CHECK_DTYPES`
+#: precisions of ``raptor check``'s tiny model; the source is :data:`raptor.audit.engine_check.CHECK_DTYPES`
 CHECK_DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16")
 
 __all__ = ["CHECK_DTYPES", "METRICS"]

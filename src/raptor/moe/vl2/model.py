@@ -1,6 +1,6 @@
 """DeepSeek-VL2 as raptor runs it: SigLIP tower, MLP projector, 2-D tile tags, DeepSeekMoE decoder.
 
-Module names follow the release's safetensors keys (see :mod:`raptor.moe.vl2.checkpoint`), so
+Module names follow the release's safetensors keys (see :mod:`raptor.moe.vl2.release_files`), so
 that a checkpoint loads by name except for the vision tower, which is ``transformers``'
 :class:`~transformers.SiglipVisionModel` under a documented name mapping:
 

@@ -1,9 +1,12 @@
-"""``build_trainer``: a loaded model, tokenized records and a config -> a ready :class:`Trainer`.
+"""The assembly of a run: a loaded model, tokenized records and a config -> a ready :class:`Trainer`.
 
-The composition root: prepare the model (device, dtype, the adapter's record-coupling policies),
+:func:`assemble_run` is the one assembly every run goes through (``fine_tune``, ``raptor train``
+of both objectives, the demo, the audits and the experiments): it resolves the batch size
+(:func:`raptor.training.config.resolve_batch_size`), builds the trainer and, for a resumed run,
+continues the checkpoint. :func:`build_trainer` is the composition root it calls: prepare the model (device, dtype, the adapter's record-coupling policies),
 route the public corpus, choose the trained layers, set the method's trainable set (or LoRA),
 build the engine, compute the public stage, plan the noise, and state it all in one
-:class:`~raptor.training.step_plan.StepPlan`.
+:class:`~raptor.training.step.plan.StepPlan`.
 
 Privacy: everything before the Trainer uses the public corpus only; the private training records
 are only handed to the trainer (and their count N, which is public, to the noise plan).
@@ -16,14 +19,20 @@ from torch import nn
 
 from raptor.errors import ConfigError
 from raptor.moe.adapters import get_adapter
-from raptor.training.config import TrainConfig, with_batch_size
-from raptor.training.distributed import Communicator, SingleProcess
+from raptor.training.config import TrainConfig, resolve_batch_size
 from raptor.training.methods import METHOD_SPECS, MethodSpec
-from raptor.training.plan import make_noise_plan
-from raptor.training.public_stage import choose_trained_layers, public_routing, public_stage
-from raptor.training.step_plan import build_step_plan
-from raptor.training.trainable import LORA_POLICIES, apply_lora, freeze_head, head_param_names, set_trainable
-from raptor.training.trainer import Records, Trainer
+from raptor.training.run.distributed import Communicator, SingleProcess
+from raptor.training.setup.public_stage import choose_trained_layers, public_routing, public_stage
+from raptor.training.setup.trainable import (
+    LORA_POLICIES,
+    apply_lora,
+    freeze_head,
+    head_param_names,
+    set_trainable,
+)
+from raptor.training.step.noise_plans import make_noise_plan
+from raptor.training.step.plan import build_step_plan
+from raptor.training.step.trainer import Records, Trainer
 
 
 def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None, *,
@@ -34,14 +43,14 @@ def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None
     shared stream (``PrivacyConfig.shared_split="head"``; roles grouping only).
 
     ``loss_fn``: the per-record loss hook; None: the model's objective, cross-entropy or squared
-    error for a one-output (regression) head (:mod:`raptor.training.objectives`).
+    error for a one-output (regression) head (:mod:`raptor.per_sample.task_losses`).
     """
     if loss_fn is None:
-        from raptor.training.objectives import loss_fn_for, task_type_of
+        from raptor.per_sample.task_losses import loss_fn_for, task_type_of
 
         loss_fn = loss_fn_for(task_type_of(model))
     if spec.grouping is None:
-        from raptor.training.plain import PlainEngine
+        from raptor.training.step.plain import PlainEngine
 
         return PlainEngine(model, loss_fn)
     from raptor.per_sample.engine import PerRecordEngine
@@ -70,9 +79,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                   comm: Communicator | None = None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
-    ``public`` is the public corpus (tokenized like ``train``); ``train`` is private. A
-    ``config.batch_size`` of None becomes :func:`~raptor.training.config.default_batch_size` of
-    the number of ``train`` records (the trainer's ``config`` holds the resolved value). ``spec`` is a
+    ``public`` is the public corpus (tokenized like ``train``); ``train`` is private.
+    ``config.batch_size`` must be resolved (:func:`assemble_run` does it). ``spec`` is a
     method-table row used instead of ``METHOD_SPECS[config.method]`` (a custom method, e.g. a
     method's trainable set with ``grouping=None, streams=()``: ordinary autograd, no clipping, no
     noise, nothing recorded). ``evaluator`` (:class:`raptor.training.evaluator.Evaluator`) scores the model
@@ -80,12 +88,14 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     one-output head) on ``validation``. ``objective``: None (classification) or a
     :class:`raptor.training.generate.GenerativeObjective` (answer-only loss, greedy-decoding
     evaluation, LM head frozen under dp-lora, optionally frozen shared experts). ``comm`` (default:
-    one process) is a torchrun job's communicator (:mod:`raptor.training.distributed`): the public
+    one process) is a torchrun job's communicator (:mod:`raptor.training.run.distributed`): the public
     routing and the public stage are computed on rank 0 and broadcast, the initial weights are
     rank 0's, and the dev evaluation is sharded.
     """
     comm = comm if comm is not None else SingleProcess()
-    config = with_batch_size(config, int(train["labels"].shape[0]))  # None: N/10 (raptor.training.config)
+    if config.batch_size is None:
+        raise ConfigError("build_trainer needs a resolved config.batch_size; assemble_run (or "
+                          "raptor.training.config.resolve_batch_size) resolves the default N/10")
     spec = spec or METHOD_SPECS[config.method]
     model.to(device=config.performance.device, dtype=getattr(torch, config.performance.dtype))
     model.eval()
@@ -124,3 +134,20 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                extra_results={"trained_layers": list(trained), "method_spec": spec.to_dict(),
                               "world_size": comm.world_size}, comm=comm, **extra)
 
+
+def assemble_run(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
+                 public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
+                 comm: Communicator | None = None, start=None) -> Trainer:
+    """The one assembly of a run: ``config``'s batch size resolved against the ``train`` records (a
+    public count; None: N/10, :func:`~raptor.training.config.resolve_batch_size`), the trainer built
+    (:func:`build_trainer`, whose arguments these are) and, given a
+    :class:`~raptor.training.run.start.RunStart` (``start``), the run started or continued from its
+    checkpoint (:func:`~raptor.training.run.start.continue_run`)."""
+    config = resolve_batch_size(config, int(train["labels"].shape[0]))
+    trainer = build_trainer(config, model, train=train, validation=validation, public=public, spec=spec,
+                            evaluator=evaluator, objective=objective, comm=comm)
+    if start is not None:
+        from raptor.training.run.start import continue_run
+
+        continue_run(trainer, start)
+    return trainer

@@ -56,7 +56,7 @@ import torch
 
 from raptor.errors import ConfigError, RaptorError
 from raptor.mechanisms import GeneratorSpec, poisson_sample
-from raptor.training.release import GroupRelease
+from raptor.training.step.release import GroupRelease
 
 BACKENDS = ("gloo", "nccl")
 #: Largest all-reduce buffer: the released gradients of a step travel in one buffer up to this

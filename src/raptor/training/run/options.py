@@ -1,8 +1,11 @@
-"""The argument checks of :func:`raptor.fine_tune` (issue 26, second sweep): a wrong type, an empty
-string or an unknown keyword is a :class:`~raptor.errors.ConfigError` naming the argument and what
-to give instead, raised before anything is read, encoded or trained (never an ``AttributeError``
-from deep inside the run). Only public facts are checked here (types, names, the model's head size
-and embedding rows, the tokenizer's vocabulary size), nothing computed from the records.
+"""The options of :func:`raptor.fine_tune` and their checks.
+
+:class:`RunOptions` declares the options after ``config`` once: ``fine_tune``'s keywords are its
+fields, and ``raptor train`` fills one from its flags. The checks: a wrong type, an empty string or
+an unknown keyword is a :class:`~raptor.errors.ConfigError` naming the argument and what to give
+instead, raised before anything is read, encoded or trained (never an ``AttributeError`` from deep
+inside the run). Only public facts are checked here (types, names, the model's head size and
+embedding rows, the tokenizer's vocabulary size), nothing computed from the records.
 """
 
 from __future__ import annotations
@@ -16,9 +19,44 @@ from torch import nn
 
 from raptor.errors import ConfigError
 
-#: the keyword arguments of :func:`raptor.fine_tune` after ``config``
-KEYWORDS = ("public", "public_size", "text_columns", "label_column", "metrics", "task_type", "max_new_tokens",
-            "freeze_shared_experts", "resume", "progress", "checkpoint_every", "checkpoint_start")
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run reads its records and runs, beside its :class:`~raptor.training.config.TrainConfig`.
+
+    ``public_size``: a slice of ``train`` (a count, or a fraction < 1) declared public on purpose;
+    ``text_columns`` / ``label_column``: the columns of classification records (default: sentence1
+    sentence2, else sentence, else text; and label); ``metrics``: the dev metrics, main first
+    (default: the task's); ``task_type``: auto, classification or regression; ``max_new_tokens``:
+    greedy decoding length of a generative run; ``freeze_shared_experts``: keep MoE shared experts
+    frozen (generative runs); ``resume``: a checkpoint of this same run to continue; ``progress``:
+    a progress bar; ``checkpoint_every``: checkpoint every N steps (0: at the end only);
+    ``checkpoint_start``: also before the first update.
+    """
+
+    public_size: float | None = None
+    text_columns: Sequence[str] | str | None = None
+    label_column: str = "label"
+    metrics: Sequence[str] | str | None = None
+    task_type: str = "auto"
+    max_new_tokens: int = 16
+    freeze_shared_experts: bool = False
+    resume: str | None = None
+    progress: bool = True
+    checkpoint_every: int = 0
+    checkpoint_start: bool = False
+
+    @classmethod
+    def from_keywords(cls, keywords: Mapping[str, object]) -> RunOptions:
+        """``fine_tune(..., **keywords)``'s options; an unknown keyword is refused by name (:func:`refuse_unknown`)."""
+        names = {f.name for f in fields(cls)}
+        refuse_unknown({k: v for k, v in keywords.items() if k not in names})
+        return cls(**keywords)
+
+
+#: the keyword arguments of :func:`raptor.fine_tune` after ``config``: the records declared public,
+#: then :class:`RunOptions`' fields
+KEYWORDS = ("public", *(f.name for f in fields(RunOptions)))
 _RECORDS = "records (a list of dicts, a datasets.Dataset or raptor.data.ClassificationData)"
 
 
@@ -62,9 +100,11 @@ def _records_argument(name: str, value, *, required: bool) -> None:
         raise ConfigError(f"{name}= must be {_RECORDS}, got {type(value).__name__}")
 
 
-def check_arguments(model, tokenizer, train, validation, config, *, public, text_columns, metrics, task_type,
-                    checkpoint_every, max_new_tokens, label_column="label") -> Checked:
+def check_arguments(model, tokenizer, train, validation, config, options: RunOptions, *, public) -> Checked:
     """Raise :class:`ConfigError` naming the first argument of the wrong type or value."""
+    text_columns, metrics, task_type = options.text_columns, options.metrics, options.task_type
+    checkpoint_every, max_new_tokens, label_column = options.checkpoint_every, options.max_new_tokens, \
+        options.label_column
     from raptor.data.user_files import TASK_TYPES
     from raptor.training.config import TrainConfig
 

@@ -1,18 +1,18 @@
 """How a run starts or continues: its initial weights (for exact resume) and the resume seam.
 
 * :func:`initial_weights_writer`: checkpoint artifacts holding the model as it was when training
-  started: every weight that is not read unchanged from a base checkpoint (:func:`base_weights`:
+  started: every weight that is not read unchanged from a base checkpoint (:func:`raptor.data.model_source.base_weights`:
   a tiny family's random init, a freshly drawn head, ...), and the tokenizer. A resumed run loads
   them before anything is computed from the model (public routing, owner shares, layer choice,
   clip norms), so it recomputes the same public statistics instead of redrawing a model.
 * :func:`start_run` / :func:`continue_run`: the one seam by which a run starts or continues a
-  checkpoint, shared by :func:`raptor.training.fine_tune.fine_tune` (classification) and
+  checkpoint, shared by :func:`raptor.training.run.fine_tune.fine_tune` (classification) and
   ``raptor train --objective generate``: on ``--resume`` the fingerprint is checked (a changed
   config or data set is refused, naming the fields) and the checkpoint's initial weights and
   tokenizer replace the freshly built ones; the trainer gets the initial-weights artifacts and the
   fingerprint for every checkpoint it writes, then continues the saved state.
 
-The model a finished run leaves for use is written by :mod:`raptor.training.final_model`.
+The model a finished run leaves for use is written by :mod:`raptor.training.saving.final_model`.
 """
 
 from __future__ import annotations
@@ -25,32 +25,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from raptor.errors import CheckpointError
-from raptor.training.checkpoint import full_state, resolve_checkpoint, verify_files
+from raptor.training.saving.checkpoint import full_state, resolve_checkpoint, verify_files
 
 INITIAL = "initial.safetensors"
 TOKENIZER = "tokenizer"
 
 
-def base_weights(model_dir: str | Path | None) -> dict[str, tuple[int, ...]]:
-    """``{name: shape}`` of the weights stored in a ``save_pretrained`` directory's safetensors files
-    (empty for anything else: a tiny family, a hub name, a ``.bin`` checkpoint)."""
-    if model_dir is None or not Path(model_dir).is_dir():
-        return {}
-    from safetensors import safe_open
-
-    out = {}
-    for file in sorted(Path(model_dir).glob("*.safetensors")):
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                out.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
-        except (SafetensorError, OSError) as err:
-            raise CheckpointError(f"{file}: cannot be read ({err}); check the --model directory") from err
-    return out
-
-
 def initial_weights_writer(model: nn.Module, tokenizer, base: dict[str, tuple[int, ...]] | None = None) -> dict:
-    """``{name: writer}`` artifacts for :func:`raptor.training.checkpoint.save_checkpoint`: the weights
-    of ``model`` that ``base`` (:func:`base_weights` of the directory it was loaded from) does not
+    """``{name: writer}`` artifacts for :func:`raptor.training.saving.checkpoint.save_checkpoint`: the weights
+    of ``model`` that ``base`` (:func:`raptor.data.model_source.base_weights` of the directory it was loaded from) does not
     hold with the same shape, and the tokenizer."""
     base = base or {}
     state = {k: v for k, v in full_state(model).items() if base.get(k) != tuple(v.shape)}
@@ -62,7 +45,7 @@ def load_initial_weights(checkpoint: str | Path, model: nn.Module):
     """Load the run's initial weights (those not in its base checkpoint) into ``model``; return
     ``(model, tokenizer)`` with the checkpoint's tokenizer."""
     from raptor.data import load_tokenizer
-    from raptor.training.checkpoint import read_state
+    from raptor.training.saving.checkpoint import read_state
 
     state = read_state(checkpoint)
     path = resolve_checkpoint(checkpoint)
@@ -102,12 +85,12 @@ class RunStart:
 def start_run(model: nn.Module, tokenizer, *, fingerprint: dict, resume: str | Path | None,
               base: dict[str, tuple[int, ...]] | None = None) -> RunStart:
     """Before anything is computed from ``model`` (public routing, layer choice, clip norms, the
-    tokenized records): on ``resume``, refuse a changed run (:func:`raptor.training.run_checks.check_resumable`,
+    tokenized records): on ``resume``, refuse a changed run (:func:`raptor.training.saving.fingerprint.check_resumable`,
     naming the differing fields) and load the checkpoint's initial weights and tokenizer, so nothing
-    is redrawn; then capture the initial weights not in ``base`` (:func:`base_weights`) for the
+    is redrawn; then capture the initial weights not in ``base`` (:func:`raptor.data.model_source.base_weights`) for the
     checkpoints this run will write."""
     if resume:
-        from raptor.training.run_checks import check_resumable
+        from raptor.training.saving.fingerprint import check_resumable
 
         check_resumable(resume, fingerprint)
         model, tokenizer = load_initial_weights(resume, model)

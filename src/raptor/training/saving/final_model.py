@@ -7,7 +7,7 @@
   ``load_vl2`` reads). It holds no generator state.
 * :func:`read_label_names` / :func:`read_max_length`: what ``raptor predict`` reads back.
 
-How a run starts or resumes (its initial weights in each checkpoint) is :mod:`raptor.training.run_start`.
+How a run starts or resumes (its initial weights in each checkpoint) is :mod:`raptor.training.run.start`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names:
     ``raptor_labels.json`` (label names, and the run's ``max_length``, which ``raptor predict``
     uses by default). ``label_names``: the classes (also written as ``config.id2label``), or None
     for a generative model (no label map; ``"objective": "generate"``). A DeepSeek-VL2 model is
-    written in its release layout (:func:`raptor.moe.vl2.checkpoint.save_release_checkpoint`).
+    written in its release layout (:func:`raptor.moe.vl2.release_files.save_release_checkpoint`).
     PEFT adapters are merged into a copy first."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -60,7 +60,7 @@ def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names:
     if hasattr(final, "save_pretrained"):
         final.save_pretrained(str(tmp))
     else:
-        from raptor.moe.vl2.checkpoint import save_release_checkpoint
+        from raptor.moe.vl2.release_files import save_release_checkpoint
 
         save_release_checkpoint(final, tmp)
     tokenizer.save_pretrained(str(tmp))

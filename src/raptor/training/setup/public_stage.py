@@ -24,7 +24,7 @@ from raptor.roles import public_stats as ps
 from raptor.roles.layer_choice import LayerChoice, choose_from_owners
 from raptor.training.config import TrainConfig
 from raptor.training.methods import MethodSpec
-from raptor.training.release import stream_of
+from raptor.training.step.release import stream_of
 
 Records = Mapping[str, torch.Tensor]
 
@@ -116,8 +116,8 @@ def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, t
     MoE layer for dpsgd-full; none otherwise."""
     num_experts = {info.index: info.num_experts for info in layers}
     if spec.uses_layers and config.layers == "auto" and config.num_auto_layers > len(layers):
-        raise ConfigError(f"--num-auto-layers {config.num_auto_layers}: the model has only {len(layers)} MoE layers "
-                          f"({sorted(num_experts)}); give at most {len(layers)}")
+        raise ConfigError(f"--layers auto:{config.num_auto_layers} (num_auto_layers): the model has only {len(layers)} "
+                          f"MoE layers ({sorted(num_experts)}); give at most {len(layers)}")
     choice = choose_from_owners(owners, num_experts, count=min(config.num_auto_layers, len(layers)),
                                 pseudo_count=config.privacy.pseudo_count)
     if not spec.uses_layers:

@@ -20,7 +20,7 @@ from torch import nn
 from raptor.errors import ConfigError
 from raptor.moe.adapters import MoELayerInfo, block_prefix, get_adapter
 from raptor.training.config import TrainConfig
-from raptor.training.head_init import HEAD_ATTRS
+from raptor.training.setup.head_init import HEAD_ATTRS
 
 #: output heads: classification (``classifier``, ``score``) or language-model heads (``lm_head``,
 #: DeepSeek-VL2's ``language.lm_head``)

@@ -3,7 +3,7 @@
 A noise plan states, per stream, the noise multiplier (None: the stream is not released), the
 public schedule (``phase(t)``) and ``noise_multiplier_for_step(t)``, the sigma the ledger records
 (None: nothing to record). The trainer never reads a noise plan: it reads the
-:class:`~raptor.training.step_plan.StepPlan` built from one and the public stage.
+:class:`~raptor.training.step.plan.StepPlan` built from one and the public stage.
 
 * :func:`raptor.accounting.plan_budget` returns the calibrated plan for DP runs.
 * :class:`FixedPlan` takes sigmas as given (experiments, and the zero-noise equivalence tests);
@@ -13,7 +13,6 @@ public schedule (``phase(t)``) and ``noise_multiplier_for_step(t)``, the sigma t
   records nothing and the run reports epsilon = inf.
 * :func:`nonprivate_plan`: explicit sigma 0 for both streams, ``private=False``.
 * :func:`make_noise_plan`: the one a method and a config call for.
-* :func:`check_batch_size`: the one rule for the expected batch size against N (q = B/N < 1).
 """
 
 from __future__ import annotations
@@ -22,16 +21,7 @@ from dataclasses import dataclass
 
 from raptor.accounting.rules import step_noise_multiplier
 from raptor.errors import ConfigError
-from raptor.training.config import Schedule, TrainConfig
-
-
-def check_batch_size(batch_size: int, dataset_size: int) -> None:
-    """The expected Poisson batch size B must satisfy 1 <= B < N (q = B/N in (0, 1)): with B >= N
-    every record would be in almost every batch, and subsampling would amplify nothing. Shared by
-    :func:`raptor.fine_tune`, ``raptor train`` (both objectives) and :func:`make_noise_plan`."""
-    if not 1 <= batch_size < dataset_size:
-        raise ConfigError(f"--batch-size {batch_size} must be below the {dataset_size} private records (and at "
-                          "least 1): lower --batch-size or add records")
+from raptor.training.config import Schedule, TrainConfig, check_batch_size
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ record, so sigma_eff = (sum_shared 1/sigma^2 + sum_layers 1/sigma_layer^2)^(-1/2
 
 A group released from a stream the noise plan did not plan (sigma None) is an error, never
 zero noise; zero noise exists only as an explicit plan (``FixedPlan`` with sigma 0, or
-:func:`raptor.training.plan.nonprivate_plan`).
+:func:`raptor.training.step.noise_plans.nonprivate_plan`).
 
-Both the calibrated :class:`raptor.accounting.BudgetPlan` and :class:`raptor.training.plan.FixedPlan`
+Both the calibrated :class:`raptor.accounting.BudgetPlan` and :class:`raptor.training.step.noise_plans.FixedPlan`
 produce a step plan through :func:`build_step_plan`; the trainer and its ledger read only the step plan.
 
 Privacy: every input is public (group structure, public clip norms and denominators, the plan).
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from raptor.accounting.rules import phase_streams
 from raptor.errors import ConfigError
-from raptor.training.protocols import NoisePlan
-from raptor.training.release import GroupRelease, stream_of
+from raptor.training.step.protocols import NoisePlan
+from raptor.training.step.release import GroupRelease, stream_of
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The two seams the trainer is written against: a gradient engine and a noise plan.
 
 * :class:`GradientEngine`: ``raptor.per_sample.PerRecordEngine`` (per-record clipping per group),
-  ``raptor.training.plain.PlainEngine`` (ordinary autograd) and the tests' one-record-loop engine.
+  ``raptor.training.step.plain.PlainEngine`` (ordinary autograd) and the tests' one-record-loop engine.
 * :class:`NoisePlan`: what the accountant calibrated, per stream; ``raptor.accounting.BudgetPlan``
-  (calibrated to (epsilon, delta)) and :class:`raptor.training.plan.FixedPlan` (given sigmas, or
+  (calibrated to (epsilon, delta)) and :class:`raptor.training.step.noise_plans.FixedPlan` (given sigmas, or
   the explicit non-private plan). The trainer never reads a noise plan directly: it reads the
-  :class:`~raptor.training.step_plan.StepPlan` built from one.
+  :class:`~raptor.training.step.plan.StepPlan` built from one.
 * :class:`Ledger`: ``raptor.accounting.PrivacyLedger`` (and the tests' stand-in).
 """
 

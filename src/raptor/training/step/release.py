@@ -17,10 +17,10 @@ generator, made in float32 (float64 for float64 params) and cast when added. The
 fixed (groups in plan order, slices in group order), so a seeded run is reproducible. The release
 of a bf16/fp16 parameter is kept in float32 (``sum_dtype``): sum, noise and division are never
 rounded to 8 mantissa bits; the optimizer's float32 master weights take it as it is
-(:mod:`raptor.training.master_weights`).
+(:mod:`raptor.training.step.master_weights`).
 
 Which groups are released at update t, and with which sigma_g, is stated by the step plan
-(:mod:`raptor.training.step_plan`); this module only executes one step's list.
+(:mod:`raptor.training.step.plan`); this module only executes one step's list.
 
 Privacy: nothing here reads the sample size, the owner counts or any other statistic of the
 private batch: the only private input is the clipped sums, which are what the Gaussian mechanism

@@ -7,7 +7,7 @@ One update t (METHOD.md, "One update"):
 2. clipped sums per group from the engine, accumulated over micro-batches of S_t;
 3. release the groups the step plan lists for update t: (sum + N(0, sigma_g^2 C_g^2 I)) / n_g, with
    n_g = B for the shared/dense group and the public n_hat_{l,e} for experts
-   (:mod:`raptor.training.step_plan`, :mod:`raptor.training.release`);
+   (:mod:`raptor.training.step.plan`, :mod:`raptor.training.step.release`);
    every expert of a trained layer steps on every planned update, owners sampled or not;
 4. record the step in the ledger (after checking that it fits the budget), step the stream
    optimizers of the phase.
@@ -50,14 +50,14 @@ from torch import nn
 
 from raptor.errors import BudgetExceededError, ConfigError
 from raptor.mechanisms import GeneratorSpec
-from raptor.training.checkpoint import load_checkpoint, save_checkpoint
 from raptor.training.config import TrainConfig
-from raptor.training.distributed import Communicator, SingleProcess
-from raptor.training.master_weights import master_copies, with_master_weights
-from raptor.training.micro_batch import length_sorted_chunks, trim_padding, trimmable
-from raptor.training.protocols import GradientEngine, Ledger
-from raptor.training.release import release_gradients
-from raptor.training.step_plan import StepPlan
+from raptor.training.run.distributed import Communicator, SingleProcess
+from raptor.training.saving.checkpoint import load_checkpoint, save_checkpoint
+from raptor.training.step.master_weights import master_copies, with_master_weights
+from raptor.training.step.micro_batch import length_sorted_chunks, trim_padding, trimmable
+from raptor.training.step.plan import StepPlan
+from raptor.training.step.protocols import GradientEngine, Ledger
+from raptor.training.step.release import release_gradients
 
 Records = Mapping[str, torch.Tensor]  # input_ids [N,T], attention_mask [N,T], labels [N]
 
@@ -106,7 +106,7 @@ class Trainer:
     ):
         """``plan`` is the only source of what is released and recorded; ``ledger`` defaults to
         ``plan.new_ledger()`` (None for a non-private plan). ``comm``: the data-parallel
-        communicator of a torchrun job (:mod:`raptor.training.distributed`; default one process)."""
+        communicator of a torchrun job (:mod:`raptor.training.run.distributed`; default one process)."""
         self.comm = comm if comm is not None else SingleProcess()
         self.model, self.engine, self.train, self.validation = model, engine, train, validation
         self.plan, self.config = plan, config
@@ -127,13 +127,13 @@ class Trainer:
         self.optimizers = self._make_optimizers()
         self.state = TrainState()
         self.artifacts: dict = {}  # extra checkpoint files: the initial weights and the tokenizer (fine_tune)
-        self.fingerprint: dict = {}  # what a resumed run must share (raptor.training.run_checks)
+        self.fingerprint: dict = {}  # what a resumed run must share (raptor.training.saving.fingerprint)
         self.micro_batch = None
         self.micro_batch_size = config.performance.micro_batch_size
         # tokens per record: micro-batches of a sampled batch are length-sorted and trimmed (less padding)
         self._lengths = train["attention_mask"].sum(dim=1) if trimmable(train) else None
         if config.performance.memory_budget_mib is not None:
-            from raptor.training.micro_batch import choose_micro_batch_size
+            from raptor.training.step.micro_batch import choose_micro_batch_size
 
             self.micro_batch = choose_micro_batch_size(
                 engine, seq_len=config.max_length, vocab_size=int(model.config.vocab_size),
@@ -212,8 +212,8 @@ class Trainer:
         """Accuracy (Pearson/Spearman for a one-output head) on ``validation``; ``None`` without one."""
         if validation is None:
             return None
+        from raptor.per_sample.task_losses import task_type_of
         from raptor.training.evaluator import Evaluator
-        from raptor.training.objectives import task_type_of
 
         return Evaluator({"dev": validation}, task_type=task_type_of(self.model),
                          batch_size=self.config.performance.eval_batch_size, device=self.device, comm=self.comm)
@@ -342,7 +342,7 @@ class Trainer:
         """Checkpoint: trainable params, optimizers (with bf16 runs' float32 master weights), ledger,
         generator states, step, config, the plan (public statistics), the fingerprint and
         :attr:`artifacts`. The generator states are kept in every checkpoint except the final one
-        of a secure run (:mod:`raptor.training.checkpoint`). On W ranks rank 0 writes (every rank
+        of a secure run (:mod:`raptor.training.saving.checkpoint`). On W ranks rank 0 writes (every rank
         holds the same state; its "noise" state is the run's) and every rank waits for it."""
         if not self.comm.is_main:
             self.comm.barrier()
@@ -365,7 +365,7 @@ class Trainer:
         (every config field of this version, the counters, a step within the plan): a checkpoint of
         an older raptor version is a :class:`CheckpointError` naming the file, not a ``KeyError``."""
         from raptor.errors import CheckpointError
-        from raptor.training.checkpoint import STATE, read_state
+        from raptor.training.saving.checkpoint import STATE, read_state
 
         state = read_state(path)
         file = Path(state["path"]) / STATE
@@ -388,15 +388,15 @@ class Trainer:
 
     def resume(self, path, ledger_from_dict) -> None:
         """Continue from a checkpoint of the same run: same config (privacy and method), same
-        fingerprint (:mod:`raptor.training.run_checks`), the same public statistics and plan (floats
-        within a relative :data:`~raptor.training.run_checks.PLAN_REL_TOL`, so that a resume on
+        fingerprint (:mod:`raptor.training.saving.fingerprint`), the same public statistics and plan (floats
+        within a relative :data:`~raptor.training.saving.fingerprint.PLAN_REL_TOL`, so that a resume on
         another device is not refused for rounding; the run continues with its recomputed values), the
         saved ledger continued (``ledger_from_dict`` rebuilds it, e.g. ``PrivacyLedger.from_dict``)
         and the saved generator states."""
         from raptor.errors import CheckpointError
 
         if self.fingerprint:
-            from raptor.training.run_checks import check_resumable
+            from raptor.training.saving.fingerprint import check_resumable
 
             check_resumable(path, self.fingerprint)  # before any file is loaded into this run
         saved = self._check_state_form(path)  # an older raptor's checkpoint: one line, before anything is loaded
@@ -405,7 +405,7 @@ class Trainer:
         extra = state["extra"]
         saved_plan = extra.get("plan")
         if saved_plan is not None:
-            from raptor.training.run_checks import PLAN_REL_TOL, plan_differences
+            from raptor.training.saving.fingerprint import PLAN_REL_TOL, plan_differences
 
             diff = plan_differences(_jsonish(saved_plan), _jsonish(self.plan.to_dict()))
             if diff:
