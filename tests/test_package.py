@@ -271,3 +271,18 @@ def test_lazy_exports_resolve_to_their_objects_after_every_submodule_is_imported
     assert set(dir(module)) >= set(module._EXPORTS)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         module.no_such_name  # noqa: B018
+
+
+#: the longest a function may be without saying why in its docstring (issue 34)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_80_lines_without_a_reason():
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES and "80-line rule" not in (ast.get_docstring(node) or ""):
+                    long.append(f"{path.relative_to(SRC)}:{node.name} ({lines} lines)")
+    assert long == [], "split these, or say in the docstring why they break the 80-line rule: " + ", ".join(long)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -77,57 +78,11 @@ def failure_mode_diagnostics(
     clip_table = {GroupKey.shared(): clip_shared, **clips}
     clip_table.update({k: 1.0 for k in roles.group_keys if k not in clip_table})
 
-    shares_of_norm, global_factor, role_factor = [], [], []
-    roles_sums: dict[str, torch.Tensor] = {}
-    dense_sums: dict[str, torch.Tensor] = {}
-    counts: dict[GroupKey, int] = dict.fromkeys(expert_keys, 0)
-    n_public = 0
-    for batch in public_batches:
-        B = int(batch["input_ids"].shape[0])
-        if B == 0:
-            continue
-        n_public += B
-        r = roles.compute(batch, clip_table)
-        d = dense.compute(batch, {GroupKey.dense(): clip_dense})
-        for acc, res in ((roles_sums, r.clipped_sums), (dense_sums, d.clipped_sums)):
-            for name, t in res.items():
-                acc[name] = t.detach().double() if name not in acc else acc[name] + t.detach().double()
-        g_shared = r.norms[GroupKey.shared()].double()
-        g_dense = d.norms[GroupKey.dense()].double()
-        expert_sq = torch.zeros(B, dtype=torch.float64)
-        for layer in trained_layers:
-            owners = r.owners[layer]
-            for i in range(B):
-                key = GroupKey.expert(layer, int(owners[i]))
-                if key not in counts:
-                    continue
-                counts[key] += 1
-                ge = float(r.norms[key][i])
-                expert_sq[i] += ge ** 2
-                role_factor.append(min(1.0, clips[key] / ge) if ge > 0 else 1.0)
-                global_factor.append(min(1.0, clip_dense / float(g_dense[i])) if g_dense[i] > 0 else 1.0)
-        total = g_shared.pow(2) + expert_sq
-        shares_of_norm.extend((expert_sq / total.clamp_min(1e-300)).tolist())
-
-    params = roles.group_map.params
-    scale = batch_size / max(n_public, 1)
-    sigma_eff_dense, per_expert = float(sigma_dense), []
-    for key in expert_keys:
-        slices = roles.group_map.groups[key]
-        d_e = _numel(params, slices)
-        load = counts[key] / max(n_public, 1)
-        sig_raptor = math.sqrt(_slice_sq_norm(roles_sums, slices)) * scale
-        sig_dense = math.sqrt(_slice_sq_norm(dense_sums, slices)) * scale
-        noise_raptor = sigma_expert * clips[key] * math.sqrt(d_e)
-        noise_dense = sigma_eff_dense * clip_dense * math.sqrt(d_e)
-        per_expert.append({
-            "layer": key.layer, "expert": key.expert_id, "public_load": load, "params": d_e,
-            "dilution_factor_B": load, "dilution_factor_nhat": 1.0,
-            "signal_dense": sig_dense, "noise_dense": noise_dense,
-            "snr_dense": sig_dense / noise_dense if noise_dense > 0 else math.inf,
-            "signal_raptor": sig_raptor, "noise_raptor": noise_raptor,
-            "snr_raptor": sig_raptor / noise_raptor if noise_raptor > 0 else math.inf,
-        })
+    acc = _accumulate(roles, dense, public_batches, trained_layers, clip_table, clips, clip_dense)
+    per_expert = _per_expert(roles, acc, expert_keys, clips, batch_size=batch_size, clip_dense=clip_dense,
+                             sigma_dense=sigma_dense, sigma_expert=sigma_expert)
+    n_public, shares_of_norm = acc.n_public, acc.shares_of_norm
+    global_factor, role_factor = acc.global_factor, acc.role_factor
 
     def q(values, p):
         if not values:
@@ -222,3 +177,74 @@ def plot_failure_modes(diag: Mapping, path: str | Path, *, title: str = "") -> P
     from raptor.analysis.paper_table import save_figure
 
     return save_figure(fig, path)
+
+
+@dataclass
+class _Accumulated:
+    """What one pass over the public batches collects for :func:`failure_mode_diagnostics`."""
+
+    counts: dict
+    n_public: int = 0
+    shares_of_norm: list = field(default_factory=list)
+    global_factor: list = field(default_factory=list)
+    role_factor: list = field(default_factory=list)
+    roles_sums: dict = field(default_factory=dict)
+    dense_sums: dict = field(default_factory=dict)
+
+
+def _accumulate(roles, dense, public_batches, trained_layers, clip_table, clips, clip_dense) -> _Accumulated:
+    """Both engines over the public batches: clipped sums (float64), owner counts, each record's expert
+    share of its squared norm and its clip factors under one global clip and under per-role clips."""
+    acc = _Accumulated(counts=dict.fromkeys(clips, 0))
+    for batch in public_batches:
+        B = int(batch["input_ids"].shape[0])
+        if B == 0:
+            continue
+        acc.n_public += B
+        r = roles.compute(batch, clip_table)
+        d = dense.compute(batch, {GroupKey.dense(): clip_dense})
+        for sums, res in ((acc.roles_sums, r.clipped_sums), (acc.dense_sums, d.clipped_sums)):
+            for name, t in res.items():
+                sums[name] = t.detach().double() if name not in sums else sums[name] + t.detach().double()
+        g_shared = r.norms[GroupKey.shared()].double()
+        g_dense = d.norms[GroupKey.dense()].double()
+        expert_sq = torch.zeros(B, dtype=torch.float64)
+        for layer in trained_layers:
+            owners = r.owners[layer]
+            for i in range(B):
+                key = GroupKey.expert(layer, int(owners[i]))
+                if key not in acc.counts:
+                    continue
+                acc.counts[key] += 1
+                ge = float(r.norms[key][i])
+                expert_sq[i] += ge ** 2
+                acc.role_factor.append(min(1.0, clips[key] / ge) if ge > 0 else 1.0)
+                acc.global_factor.append(min(1.0, clip_dense / float(g_dense[i])) if g_dense[i] > 0 else 1.0)
+        total = g_shared.pow(2) + expert_sq
+        acc.shares_of_norm.extend((expert_sq / total.clamp_min(1e-300)).tolist())
+    return acc
+
+
+def _per_expert(roles, acc: _Accumulated, expert_keys, clips, *, batch_size, clip_dense, sigma_dense,
+                sigma_expert) -> list[dict]:
+    """Per expert: public load, dilution, and signal, noise and SNR under dense DP-SGD and RAPTOR."""
+    params = roles.group_map.params
+    scale = batch_size / max(acc.n_public, 1)
+    out = []
+    for key in expert_keys:
+        slices = roles.group_map.groups[key]
+        d_e = _numel(params, slices)
+        load = acc.counts[key] / max(acc.n_public, 1)
+        sig_raptor = math.sqrt(_slice_sq_norm(acc.roles_sums, slices)) * scale
+        sig_dense = math.sqrt(_slice_sq_norm(acc.dense_sums, slices)) * scale
+        noise_raptor = sigma_expert * clips[key] * math.sqrt(d_e)
+        noise_dense = float(sigma_dense) * clip_dense * math.sqrt(d_e)
+        out.append({
+            "layer": key.layer, "expert": key.expert_id, "public_load": load, "params": d_e,
+            "dilution_factor_B": load, "dilution_factor_nhat": 1.0,
+            "signal_dense": sig_dense, "noise_dense": noise_dense,
+            "snr_dense": sig_dense / noise_dense if noise_dense > 0 else math.inf,
+            "signal_raptor": sig_raptor, "noise_raptor": noise_raptor,
+            "snr_raptor": sig_raptor / noise_raptor if noise_raptor > 0 else math.inf,
+        })
+    return out

@@ -148,13 +148,58 @@ def model_source(args: argparse.Namespace) -> ModelSource:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``raptor train``, in the help sections of :data:`raptor.cli.sections.SECTIONS`."""
+    from raptor.cli import torchrun
+    from raptor.cli.recipe import add_recipe_arguments
+    from raptor.cli.train_generate import add_generate_arguments
+
     add_sections(parser)
     add_data_arguments(parser)
-    model_g, method_g, privacy_g, optim_g, run_g = (section(parser, name) for name in
-                                                    ("model", "method", "privacy", "optimisation", "run"))
+    _add_method_arguments(section(parser, "method"))
+    _add_privacy_arguments(section(parser, "privacy"))
+    _add_optimisation_arguments(section(parser, "optimisation"))
+    _add_run_arguments(section(parser, "run"))
+    torchrun.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
+    _add_head_arguments(section(parser, "model"))
+    add_recipe_arguments(parser)
+    add_generate_arguments(parser)
+
+
+def _add_method_arguments(method_g) -> None:
+    """``raptor train``'s method flags."""
     method_g.add_argument("--method", choices=METHODS, default=_TC.method, help=f"training method (default {_TC.method})")
+    method_g.add_argument("--layers", default=None,
+                          help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the "
+                               "last MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
+    method_g.add_argument("--alternate", default=None, help="S:X alternating schedule (default simultaneous)")
+    method_g.add_argument("--denominator", choices=DENOMINATORS, default=_PC.denominator,
+                          help=f"expert denominators: public n_hat or uniform B/E (default {_PC.denominator})")
+    method_g.add_argument("--objective", choices=("classify", "generate"), default="classify",
+                          help="classify (default) or generate: answer-only fine-tuning of a decoder on JSONL "
+                               "prompt/answer (or image/question/answer for DeepSeek-VL2), scored by exact match")
+
+
+def _add_privacy_arguments(privacy_g) -> None:
+    """``raptor train``'s privacy flags."""
     privacy_g.add_argument("--epsilon", type=float, default=_PC.epsilon, help=f"total epsilon budget (default {_PC.epsilon:g})")
     privacy_g.add_argument("--delta", type=float, default=None, help="delta (default: a power of ten below 1/(N ln N))")
+    privacy_g.add_argument("--clip", type=float, default=_PC.clip_shared,
+                           help=f"shared clip norm C_s (and dense C) (default {_PC.clip_shared:g})")
+    privacy_g.add_argument("--clip-expert", type=float, default=_PC.clip_expert,
+                           help=f"base expert clip norm C (default {_PC.clip_expert:g})")
+    privacy_g.add_argument("--clip-rule", choices=CLIP_RULES, default=_PC.clip_rule,
+                           help=f"per-expert clip norms from public gradient norms (default {_PC.clip_rule})")
+    privacy_g.add_argument("--shared-ratio", type=float, default=None,
+                           help=f"share of the budget given to the shared stream (default {_PC.shared_ratio:g})")
+    privacy_g.add_argument("--accountant", choices=ACCOUNTANTS, default=_PC.accountant,
+                           help=f"privacy accountant (default {_PC.accountant})")
+    privacy_g.add_argument("--adjacency", choices=ADJACENCIES, default=_PC.adjacency,
+                           help=f"neighbouring datasets (default {_PC.adjacency})")
+    privacy_g.add_argument("--seed", type=int, default=None,
+                           help="seeded, reproducible and NOT secure run (default: OS CSPRNG)")
+
+
+def _add_optimisation_arguments(optim_g) -> None:
+    """``raptor train``'s optimisation flags."""
     optim_g.add_argument("--epochs", type=float, default=_TC.epochs,
                          help=f"passes over the private data (default {_TC.epochs:g})")
     optim_g.add_argument("--steps", type=int, default=None, help="planned updates (default: from --epochs)")
@@ -165,24 +210,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               f"{PRETRAINED_LR:g} for a saved or hub model)")
     optim_g.add_argument("--lr-expert", type=float, default=None, help="expert-stream learning rate (default: --lr)")
     optim_g.add_argument("--optimizer", choices=OPTIMIZERS, default=_OC.name, help=f"optimizer (default {_OC.name})")
-    method_g.add_argument("--layers", default=None,
-                          help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the "
-                               "last MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
-    privacy_g.add_argument("--clip", type=float, default=_PC.clip_shared,
-                           help=f"shared clip norm C_s (and dense C) (default {_PC.clip_shared:g})")
-    privacy_g.add_argument("--clip-expert", type=float, default=_PC.clip_expert,
-                           help=f"base expert clip norm C (default {_PC.clip_expert:g})")
-    privacy_g.add_argument("--clip-rule", choices=CLIP_RULES, default=_PC.clip_rule,
-                           help=f"per-expert clip norms from public gradient norms (default {_PC.clip_rule})")
-    privacy_g.add_argument("--shared-ratio", type=float, default=None,
-                           help=f"share of the budget given to the shared stream (default {_PC.shared_ratio:g})")
-    method_g.add_argument("--alternate", default=None, help="S:X alternating schedule (default simultaneous)")
-    method_g.add_argument("--denominator", choices=DENOMINATORS, default=_PC.denominator,
-                          help=f"expert denominators: public n_hat or uniform B/E (default {_PC.denominator})")
-    privacy_g.add_argument("--accountant", choices=ACCOUNTANTS, default=_PC.accountant,
-                           help=f"privacy accountant (default {_PC.accountant})")
-    privacy_g.add_argument("--adjacency", choices=ADJACENCIES, default=_PC.adjacency,
-                           help=f"neighbouring datasets (default {_PC.adjacency})")
+
+
+def _add_run_arguments(run_g) -> None:
+    """``raptor train``'s run flags."""
     run_g.add_argument("--micro-batch-size", type=int, default=_PERF.micro_batch_size,
                        help=f"records per engine call; memory only, no effect on the result "
                             f"(default {_PERF.micro_batch_size})")
@@ -194,9 +225,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_g.add_argument("--dtype", choices=DTYPES, default=_PERF.dtype,
                        help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and "
                             f"the optimizer's master weights stay float32) (default {_PERF.dtype})")
-    from raptor.cli import torchrun
-
-    torchrun.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
     run_g.add_argument("--eval-every", type=int, default=_TC.eval_every,
                        help=f"evaluate every N steps, 0: at the end (default {_TC.eval_every})")
     run_g.add_argument("--checkpoint-every", type=int, default=0,
@@ -206,29 +234,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"results.json, checkpoint/ and model/ (default {_TC.output_dir}); must not hold another "
                             "run unless --overwrite")
     run_g.add_argument("--overwrite", action="store_true", help="replace a run already in --output-dir (default off)")
-    privacy_g.add_argument("--seed", type=int, default=None,
-                           help="seeded, reproducible and NOT secure run (default: OS CSPRNG)")
     run_g.add_argument("--resume", default=None,
                        help="OUTPUT_DIR/checkpoint of a run to continue (same settings and data) (default: none)")
-    model_g.add_argument("--head-init", choices=("random", "label-words"), default=None,
-                         help="classification head: random (default; label-words under --recipe) or label-word "
-                              "embeddings x 0.02 (for pretrained models; words from --label-words or the GLUE task)")
-    from raptor.cli.recipe import add_recipe_arguments
-
-    add_recipe_arguments(parser)
-    model_g.add_argument("--label-words", nargs="+", default=None,
-                         help="one word per label id, for --head-init label-words (default: the task's)")
     run_g.add_argument("--no-progress", action="store_true",
                        help="no progress bars, transformers' loading/writing bars included (default: shown)")
     run_g.add_argument("--metric", nargs="+", default=None, choices=METRICS,
                        help="dev metrics, the first is the main one (default: the task's; accuracy for a "
                             "classification --train-file, pearson and spearman for regression)")
-    method_g.add_argument("--objective", choices=("classify", "generate"), default="classify",
-                          help="classify (default) or generate: answer-only fine-tuning of a decoder on JSONL "
-                               "prompt/answer (or image/question/answer for DeepSeek-VL2), scored by exact match")
-    from raptor.cli.train_generate import add_generate_arguments
 
-    add_generate_arguments(parser)
+
+def _add_head_arguments(model_g) -> None:
+    """``raptor train``'s model (the head) flags."""
+    model_g.add_argument("--head-init", choices=("random", "label-words"), default=None,
+                         help="classification head: random (default; label-words under --recipe) or label-word "
+                              "embeddings x 0.02 (for pretrained models; words from --label-words or the GLUE task)")
+    model_g.add_argument("--label-words", nargs="+", default=None,
+                         help="one word per label id, for --head-init label-words (default: the task's)")
 
 
 def parse_layers(text: str) -> tuple[str | tuple[int, ...], int]:

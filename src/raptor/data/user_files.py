@@ -258,24 +258,7 @@ def load_user_files(
     if task_type == "regression":
         return _regression_splits(train_table, texts, pairs, raw, columns, label_column, validation_file, metrics)
     raw = [canonical_label(v) for v in raw]
-    if spec is not None:
-        names = spec.label_names
-        mapping = {v: i for i, v in enumerate(spec.tsv_labels)} | {n: i for i, n in enumerate(spec.label_names)}
-        allowed = f"task {spec.name}'s labels {', '.join(repr(v) for v in spec.tsv_labels)} (or names {list(names)})"
-    elif label_names is not None:
-        names = tuple(str(n) for n in label_names)
-        mapping = {n: i for i, n in enumerate(names)}
-        allowed = f"the given label names {list(names)}"
-    else:
-        values = _sorted_labels(raw)
-        if len(values) < 2:
-            raise DataError(
-                f"{train_file}: column {label_column!r} has a single label value {values[0]!r}; "
-                f"classification needs at least two labels in the train file"
-            )
-        names = tuple(str(v) for v in values)
-        mapping = {n: i for i, n in enumerate(names)}
-        allowed = f"the train file's labels {list(names)}"
+    names, mapping, allowed = _label_set(spec, label_names, raw, train_file, label_column)
     train = ClassificationData(
         tuple(texts), _ids(train_table, raw, mapping, label_column, allowed), names,
         tuple(pairs) if pairs is not None else None, source=str(train_file),
@@ -291,6 +274,27 @@ def load_user_files(
             tuple(vpairs) if vpairs is not None else None, source=str(validation_file),
         )
     return DataSplits(train=train, validation=validation, metrics=metrics)
+
+
+def _label_set(spec: TaskSpec | None, label_names, raw, train_file, label_column) -> tuple[tuple, dict, str]:
+    """(label names in id order, value -> id, how the allowed labels are described in an error): the
+    task's labels (TSV values or names), the given label names, or the train file's own values."""
+    if spec is not None:
+        names = spec.label_names
+        mapping = {v: i for i, v in enumerate(spec.tsv_labels)} | {n: i for i, n in enumerate(spec.label_names)}
+        return names, mapping, f"task {spec.name}'s labels {', '.join(repr(v) for v in spec.tsv_labels)} " \
+            f"(or names {list(names)})"
+    if label_names is not None:
+        names = tuple(str(n) for n in label_names)
+        return names, {n: i for i, n in enumerate(names)}, f"the given label names {list(names)}"
+    values = _sorted_labels(raw)
+    if len(values) < 2:
+        raise DataError(
+            f"{train_file}: column {label_column!r} has a single label value {values[0]!r}; "
+            f"classification needs at least two labels in the train file"
+        )
+    names = tuple(str(v) for v in values)
+    return names, {n: i for i, n in enumerate(names)}, f"the train file's labels {list(names)}"
 
 
 def _regression_splits(train_table: Table, texts, pairs, raw, columns, label_column, validation_file,

@@ -64,7 +64,11 @@ def reference_compute(
     head_params: Sequence[str] = (),
 ) -> EngineResult:
     """Per-record norms and clipped sums, one record at a time with plain autograd (``head_params``:
-    the shared stream's ``head`` group, as the engine's)."""
+    the shared stream's ``head`` group, as the engine's).
+
+    Longer than raptor's 80-line rule on purpose: this is the oracle every fast path is checked
+    against, written as one loop over records to be read top to bottom and checked by eye; helpers
+    would hide which gradient goes to which group."""
     ids, mask, labels = _batch_parts(batch)
     adapter = get_adapter(model)
     adapter.prepare(model)
