@@ -1,7 +1,12 @@
-"""What the bad-input sweeps of the CLI share (test_bad_inputs, test_bad_inputs_26): 60 labelled
-sentences, their TSV, and the flags of a one-step run on a tiny model."""
+"""What the bad-input sweeps of the CLI share (test_bad_inputs, test_bad_inputs_26, _35, _sweep2): 60
+labelled sentences, their TSV, the flags of a one-step run on a tiny model, and a CLI run with its one
+error line checked."""
 
 from __future__ import annotations
+
+import re
+
+from raptor.cli.main import main
 
 ROWS = [(f"{w} movie {v} plot", i % 2) for i, (w, v) in
         enumerate(zip(["good", "bad", "great", "awful", "fine", "poor"] * 10, ["nice", "dull", "fun"] * 20))]
@@ -14,3 +19,23 @@ def tsv(rows, header="sentence\tlabel"):
 GOOD_TSV = tsv(ROWS)
 TINY = ["--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
         "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
+
+
+def run_cli(argv, capsys):
+    """(exit code, stdout, stderr) of ``raptor ARGV`` in process."""
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        rc = exit_.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_error_line(rc, err, pattern):
+    """Exit code 2, no traceback, exactly one ``error:`` line, and it matches ``pattern``."""
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    assert re.search(pattern, lines[0]), lines[0]

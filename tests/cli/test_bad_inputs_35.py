@@ -24,10 +24,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from bad_input_files import TINY, tsv
+from bad_input_files import TINY, one_error_line, run_cli, tsv
 
 import raptor
-from raptor.cli.main import main
 from raptor.errors import ConfigError, DataError
 
 WORDS = ["good", "bad", "great", "awful", "fine", "poor"]
@@ -35,24 +34,6 @@ ROWS = [{"sentence": f"{WORDS[i % 6]} film {WORDS[(i * 5) % 6]}", "label": int(W
         for i in range(40)]
 #: sentences that hold the label words yes / no (the tiny tokenizer learns them from the public slice)
 YES_NO = [(f"{w} yes movie no plot", "yes" if i % 2 else "no") for i, w in enumerate(WORDS * 10)]
-
-
-def _run_cli(argv, capsys):
-    capsys.readouterr()
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exit_:
-        rc = exit_.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _one_error_line(rc, err, pattern):
-    assert rc == 2, (rc, err)
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    assert re.search(pattern, lines[0]), lines[0]
 
 
 def _snapshot(directory: Path) -> dict:
@@ -96,8 +77,8 @@ def test_pretrain_never_writes_over_a_model_or_a_run(where, tmp_path, capsys):
     run = _a_model_dir(tmp_path)
     target = run / "model" if where == "model" else run
     before = _snapshot(run)
-    rc, _, err = _run_cli(_pretrain(_public_text(tmp_path), target), capsys)
-    _one_error_line(rc, err, r"raptor pretrain: error: --output-dir .*: already holds files that raptor pretrain "
+    rc, _, err = run_cli(_pretrain(_public_text(tmp_path), target), capsys)
+    one_error_line(rc, err, r"raptor pretrain: error: --output-dir .*: already holds files that raptor pretrain "
                              r"does not write \(.*\).*choose a new or empty --output-dir")
     assert _snapshot(run) == before  # before: config.json, model.safetensors and the tokenizer were replaced
 
@@ -105,8 +86,8 @@ def test_pretrain_never_writes_over_a_model_or_a_run(where, tmp_path, capsys):
 def test_audit_never_writes_into_a_train_run(tmp_path, capsys):
     run = _a_model_dir(tmp_path)
     before = _snapshot(run)
-    rc, _, err = _run_cli(["audit", "mechanism", "--releases", "100", "--output-dir", run], capsys)
-    _one_error_line(rc, err, r"raptor audit: error: --output-dir .*: already holds files that raptor audit does not "
+    rc, _, err = run_cli(["audit", "mechanism", "--releases", "100", "--output-dir", run], capsys)
+    one_error_line(rc, err, r"raptor audit: error: --output-dir .*: already holds files that raptor audit does not "
                              r"write \(checkpoint, model, results.json\)")
     assert _snapshot(run) == before
 
@@ -126,9 +107,9 @@ def test_a_second_writer_of_one_directory_is_refused(command, tmp_path, finished
                 "audit": ["audit", "mechanism", "--releases", "100", "--output-dir", out],
                 "predict": ["predict", "--model", finished_run, "--input", tmp_path / "in.tsv", "--output",
                             out / "p.csv", "--no-progress"]}[command]
-        rc, _, err = _run_cli(argv, capsys)
+        rc, _, err = run_cli(argv, capsys)
         flag = "--output" if command == "predict" else "--output-dir"
-        _one_error_line(rc, err, rf"raptor {command}: error: {flag} .*out: another raptor run \(pid {holder.pid} on "
+        one_error_line(rc, err, rf"raptor {command}: error: {flag} .*out: another raptor run \(pid {holder.pid} on "
                                  r".*\) is writing there now")
     finally:
         holder.kill()
@@ -142,12 +123,12 @@ def test_predict_does_not_replace_an_existing_output_without_overwrite(tmp_path,
     out = tmp_path / "p.csv"
     out.write_text("earlier predictions\n")
     argv = ["predict", "--model", finished_run, "--input", tmp_path / "in.tsv", "--output", out, "--no-progress"]
-    rc, _, err = _run_cli(argv, capsys)
-    _one_error_line(rc, err, r"--output .*p.csv: already exists; pass --overwrite to replace it")
+    rc, _, err = run_cli(argv, capsys)
+    one_error_line(rc, err, r"--output .*p.csv: already exists; pass --overwrite to replace it")
     assert out.read_text() == "earlier predictions\n"
     transformers.utils.logging.enable_progress_bar()
     try:
-        rc, stdout, _ = _run_cli([*argv, "--overwrite"], capsys)
+        rc, stdout, _ = run_cli([*argv, "--overwrite"], capsys)
         assert rc == 0 and "2 predictions written" in stdout
         assert out.read_text().startswith("line,prediction")
         assert not transformers.utils.logging.is_progress_bar_enabled()  # before: "Loading weights" was shown
@@ -160,10 +141,10 @@ def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path, capsys, fini
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "missing-target")
     train = ["train", *TINY, "--train-file", tmp_path / "train.tsv", "--public-size", "20"]
-    rc, _, err = _run_cli([*train, "--output-dir", dangling], capsys)
-    _one_error_line(rc, err, r"--output-dir .*dangling: is a symbolic link to a missing target")
-    rc, _, err = _run_cli([*train, "--output-dir", "/proc/raptor-out/run"], capsys)  # before: mkdir's traceback
-    _one_error_line(rc, err, r"--output-dir /proc/raptor-out/run: (cannot be used as an output directory|.* is not "
+    rc, _, err = run_cli([*train, "--output-dir", dangling], capsys)
+    one_error_line(rc, err, r"--output-dir .*dangling: is a symbolic link to a missing target")
+    rc, _, err = run_cli([*train, "--output-dir", "/proc/raptor-out/run"], capsys)  # before: mkdir's traceback
+    one_error_line(rc, err, r"--output-dir /proc/raptor-out/run: (cannot be used as an output directory|.* is not "
                              r"writable)")
 
 
@@ -262,8 +243,8 @@ def test_a_bad_flag_is_one_line(case, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv, pattern = _flag_cases(tmp_path)[case]
     started = time.perf_counter()
-    rc, _, err = _run_cli(argv, capsys)
-    _one_error_line(rc, err, pattern)
+    rc, _, err = run_cli(argv, capsys)
+    one_error_line(rc, err, pattern)
     assert time.perf_counter() - started < 60  # before: the audits ran for hours, or the hub retried for 49 s
     assert not (tmp_path / "out" / "model").exists() and not (tmp_path / "out" / "results.json").exists()
 
@@ -271,8 +252,8 @@ def test_a_bad_flag_is_one_line(case, tmp_path, capsys, monkeypatch):
 def test_check_on_a_device_this_machine_lacks_is_one_line(capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    rc, _, err = _run_cli(["check", "olmoe", "--device", "cuda"], capsys)
-    _one_error_line(rc, err, r"--device cuda: CUDA is not available on this machine")  # before: AssertionError
+    rc, _, err = run_cli(["check", "olmoe", "--device", "cuda"], capsys)
+    one_error_line(rc, err, r"--device cuda: CUDA is not available on this machine")  # before: AssertionError
 
 
 def test_the_seed_of_a_library_run_is_bounded():
@@ -295,7 +276,7 @@ def _label_word_run(d, out, *words):
 
 
 def test_label_words_that_are_the_label_names_go_to_those_labels(yes_no_dir, tmp_path, capsys):
-    rc, out, err = _run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "yes", "no"), capsys)
+    rc, out, err = run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "yes", "no"), capsys)
     assert rc == 0, err
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     # label ids are sorted (no = 0, yes = 1); before: "yes" initialised the row of "no", and the other way round
@@ -305,14 +286,14 @@ def test_label_words_that_are_the_label_names_go_to_those_labels(yes_no_dir, tmp
 
 
 def test_a_label_word_that_names_another_label_is_refused(yes_no_dir, tmp_path, capsys):
-    rc, _, err = _run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "yes", "movie"), capsys)
-    _one_error_line(rc, err, r"--label-words: the word 'yes' is the name of label 1 but would initialise label 0 "
+    rc, _, err = run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "yes", "movie"), capsys)
+    one_error_line(rc, err, r"--label-words: the word 'yes' is the name of label 1 but would initialise label 0 "
                              r"\('no'\)")
 
 
 def test_label_words_the_tokenizer_does_not_know_are_refused(yes_no_dir, tmp_path, capsys):
-    rc, _, err = _run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "zzqx", "qqzx"), capsys)
-    _one_error_line(rc, err, r"--label-words: 'zzqx' and 'qqzx' are both the unknown token in this tokenizer, so their "
+    rc, _, err = run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "zzqx", "qqzx"), capsys)
+    one_error_line(rc, err, r"--label-words: 'zzqx' and 'qqzx' are both the unknown token in this tokenizer, so their "
                              r"head rows would be identical")  # before: every prediction class 0, blamed on --lr
 
 

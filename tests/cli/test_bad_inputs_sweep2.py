@@ -21,6 +21,7 @@ import sys
 
 import pytest
 import torch
+from bad_input_files import one_error_line, run_cli
 
 import raptor
 from raptor.cli.main import main
@@ -156,32 +157,14 @@ def test_fine_tune_cases_that_already_held(kwargs, error, pattern, tok, tmp_path
 
 # ---------------------------------------------------------------- the CLI
 
-def _run_cli(argv, capsys):
-    capsys.readouterr()
-    try:
-        rc = main(argv)
-    except SystemExit as exit_:
-        rc = exit_.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def _one_error_line(rc, err, pattern):
-    assert rc == 2, (rc, err)
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert len(lines) == 1, err
-    assert re.search(pattern, lines[0]), lines[0]
-
-
 @pytest.mark.parametrize("argv", [["demo", "--output-dir", "", "--max-train-samples", "20", "--epochs", "1",
                                    "--no-progress"],
                                   ["audit", "mechanism", "--releases", "50", "--output-dir", ""]],
                          ids=["demo", "audit mechanism"])
 def test_an_empty_output_dir_is_refused(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # before: Path("") is ".", and the outputs went here
-    rc, _, err = _run_cli(argv, capsys)
-    _one_error_line(rc, err, r"error: --output-dir is empty; give a directory path")
+    rc, _, err = run_cli(argv, capsys)
+    one_error_line(rc, err, r"error: --output-dir is empty; give a directory path")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -215,22 +198,22 @@ def test_a_second_run_on_the_same_output_dir_is_refused_while_the_first_runs(dat
     try:
         assert holder.stdout.readline().strip() == "locked"  # a running `raptor train` holds the directory
         for extra in ((), ("--overwrite",)):
-            rc, _, err = _run_cli(_train(data_dir, out, *extra), capsys)
-            _one_error_line(rc, err, rf"--output-dir .*out: another raptor run \(pid {holder.pid} on .*\) is "
+            rc, _, err = run_cli(_train(data_dir, out, *extra), capsys)
+            one_error_line(rc, err, rf"--output-dir .*out: another raptor run \(pid {holder.pid} on .*\) is "
                                      r"writing there now; wait for it to end, or choose another --output-dir")
         assert sorted(p.name for p in out.iterdir()) == [".raptor.lock"]  # nothing of this run was written
     finally:
         holder.kill()  # kill -9: the holder cannot clean up
         holder.wait(timeout=60)
     assert (out / ".raptor.lock").exists()  # the lock file a killed run left
-    rc, _, err = _run_cli(_train(data_dir, out), capsys)  # ... does not block the next run
+    rc, _, err = run_cli(_train(data_dir, out), capsys)  # ... does not block the next run
     assert rc == 0, err
     assert (out / "results.json").is_file() and not (out / ".raptor.lock").exists()  # removed at exit
 
 
 def test_the_lock_is_released_when_the_run_fails(data_dir, tmp_path, capsys):
     out = tmp_path / "new"
-    rc, _, err = _run_cli(["train", *TINY, "--train-file", str(tmp_path / "missing.tsv"), "--public-size", "20",
+    rc, _, err = run_cli(["train", *TINY, "--train-file", str(tmp_path / "missing.tsv"), "--public-size", "20",
                            "--output-dir", str(out)], capsys)
     assert rc == 2 and not out.exists()  # the lock and the directory it created are gone
 
@@ -298,8 +281,8 @@ def test_a_checkpoint_of_another_version_is_one_line(edit, pattern, finished, da
     edit(state)
     state_file.write_text(json.dumps(state))
     before = (run / "results.json").read_bytes()
-    rc, _, err = _run_cli(_train(data_dir, run, "--resume", str(run / "checkpoint")), capsys)
-    _one_error_line(rc, err, pattern)
+    rc, _, err = run_cli(_train(data_dir, run, "--resume", str(run / "checkpoint")), capsys)
+    one_error_line(rc, err, pattern)
     assert str(state_file) in err
     assert (run / "results.json").read_bytes() == before
 
@@ -310,7 +293,7 @@ def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_
     tiny = [a if a != "1" or TINY[i - 1] != "--steps" else "3" for i, a in enumerate(TINY)]
     argv = ["train", *tiny, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
             "--validation-file", str(data_dir / "dev.tsv"), "--output-dir", str(out)]
-    rc, _, err = _run_cli(argv, capsys)
+    rc, _, err = run_cli(argv, capsys)
     assert rc == 2 and "would exceed the privacy budget (test)" in err
     res = json.loads((out / "results.json").read_text())
     assert res["steps"] == 1 and "exceed" in res["stopped_by_budget"]

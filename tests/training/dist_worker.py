@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tiny_records import records  # this directory is on sys.path: the worker runs as a script
 
 from raptor.moe.models import TinySize, build_model
 from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, tiny_recipe
@@ -33,15 +34,6 @@ from raptor.training.run.distributed import DistConfig, init_communicator
 
 STEPS = 3
 METHODS = (*METHOD_SPECS, "raptor-bf16")
-
-
-def records(n: int, seed: int, vocab: int = 512, T: int = 10):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (n, T), generator=g)
-    mask = torch.ones(n, T, dtype=torch.long)
-    lengths = torch.randint(2, T + 1, (n,), generator=g)
-    mask[torch.arange(T)[None, :] >= lengths[:, None]] = 0
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 2, (n,), generator=g)}
 
 
 def flat_params(trainer) -> torch.Tensor:
