@@ -55,3 +55,11 @@ def test_real_changes_are_refused_and_named():
     many = _with(("public", "shares"), lambda v: [x + 0.1 for x in v] * 4)
     assert plan_differences(PLAN, many) == ["plan.public.shares: [0.2857142857142857, 0.7142857142857143] -> "
                                             + repr(many["public"]["shares"])]
+
+
+def test_a_default_batch_size_is_named_in_a_resume_refusal():
+    from raptor.training.saving.fingerprint import fingerprint_differences
+
+    saved = {"config": {"method": "raptor", "batch_size": None}}
+    now = {"config": {"method": "raptor", "batch_size": 64}}
+    assert fingerprint_differences(saved, now) == ["--batch-size (batch_size): the default (N/10) -> 64"]

@@ -92,7 +92,7 @@ def fingerprint_differences(saved: dict, now: dict) -> list[str]:
     for key in sorted(set(s_cfg) | set(n_cfg)):
         if key in skip or s_cfg.get(key) == n_cfg.get(key):
             continue
-        out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {s_cfg.get(key)!r} -> {n_cfg.get(key)!r}")
+        out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {_shown(key, s_cfg.get(key))} -> {_shown(key, n_cfg.get(key))}")
     for key in ("model", "label_names", "public_source"):
         if saved.get(key) != now.get(key):
             out.append(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}")
@@ -100,6 +100,12 @@ def fingerprint_differences(saved: dict, now: dict) -> list[str]:
         if saved.get("data", {}).get(key) != value:
             out.append(f"{key}: different records (the data file or its size changed)")
     return out
+
+
+def _shown(key: str, value) -> str:
+    """A fingerprinted config value as a difference line shows it (a batch size left to the default
+    is fingerprinted as None: the default N/10 of the fingerprinted records)."""
+    return "the default (N/10)" if key == "batch_size" and value is None else repr(value)
 
 
 #: relative tolerance of :func:`plan_differences`: the public statistics (owner shares, n_hat, clip
