@@ -6,8 +6,19 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raptor.training.config import TrainConfig
+
+if TYPE_CHECKING:  # torch and the record types are imported on use (raptor train --help starts fast)
+    from torch import nn
+
+    from raptor.data import ClassificationData
+    from raptor.data.public_source import PublicSource
+    from raptor.data.qa import QAData
+    from raptor.data.vqa import VQAData
+
+    Records = ClassificationData | QAData | VQAData
 
 
 @dataclass(frozen=True)
@@ -17,16 +28,16 @@ class Inputs:
     read unchanged from a base checkpoint (``base``; None: those of ``--model``), what the head was
     initialised from, the dev metrics and what results.json's ``data`` entry adds."""
 
-    model: object
-    tokenizer: object
-    private: object
-    validation: object
-    public: object
-    source: object
-    label_names: tuple | None = None
-    label_words: list | None = None
-    metrics: tuple | None = None
-    base: dict | None = None
+    model: nn.Module
+    tokenizer: object  # a Hugging Face tokenizer
+    private: Records
+    validation: Records | dict[str, Records] | None  # classification: {split name: records}
+    public: Records
+    source: PublicSource
+    label_names: tuple[str, ...] | None = None
+    label_words: list[str] | None = None
+    metrics: tuple[str, ...] | None = None
+    base: dict[str, tuple[int, ...]] | None = None
     data: dict = field(default_factory=dict)
 
 

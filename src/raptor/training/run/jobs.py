@@ -22,7 +22,7 @@ from raptor.data.public_source import PublicSource, resolve_public_source
 from raptor.errors import ConfigError
 from raptor.training.config import TrainConfig
 from raptor.training.methods import METHOD_SPECS
-from raptor.training.run.options import check_model_fits
+from raptor.training.run.options import RunOptions, check_model_fits
 from raptor.training.setup.public_stage import check_labelled, public_needs
 
 
@@ -53,7 +53,7 @@ class Job:
     encode: Callable[[nn.Module, object, TrainConfig], Encoded]
 
 
-def classification_job(model, train, validation, config: TrainConfig, options, *, public, source, text_columns,
+def classification_job(model, train, validation, config: TrainConfig, options: RunOptions, *, public, source, text_columns,
                        metrics, label_words=None) -> Job:
     """The job of classification (or regression) records; ``text_columns`` and ``metrics`` as checked
     (:func:`raptor.training.run.options.check_arguments`), the rest from ``options``."""
@@ -115,7 +115,7 @@ def is_generative(train) -> bool:
     return isinstance(train, (QAData, VQAData))
 
 
-def generative_job(train, validation, config: TrainConfig, options, *, public, source) -> Job:
+def generative_job(train, validation, config: TrainConfig, options: RunOptions, *, public, source) -> Job:
     """The job of (prompt, answer) or (image, question, answer) records."""
     from raptor.data.generate_inputs import PUBLIC_NEEDS, encode_generative, split_public
     from raptor.training.generate import GenerativeObjective, evaluate_generation
