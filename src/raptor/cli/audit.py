@@ -110,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
     from raptor.audit.report import plot_scores, write_json
     from raptor.cli.flag_checks import check_audit_args
     from raptor.cli.run_lock import claim_output_dir
+    from raptor.cli.run_output import quiet_transformers
     from raptor.errors import ConfigError
 
     out = Path(args.output_dir)
+    quiet_transformers(args)  # --no-progress: no "Loading weights" bar either
     check_audit_args(args)  # bounds of the counts and the noise (issue 35)
     # before the audit runs (issue 26); locked, and never over another run's files (issue 35)
     claim_output_dir(args.output_dir, command="raptor audit", writes=AUDIT_FILES)

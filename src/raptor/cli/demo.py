@@ -260,10 +260,12 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from raptor import __version__
+    from raptor.cli.run_output import quiet_transformers
     from raptor.data import load_bundled_sst2
     from raptor.training.saving.json_io import write_strict_json
 
     _check_args(args)
+    quiet_transformers(args)  # --no-progress: no "Loading weights" bar either
     started = time.perf_counter()
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not args.overwrite:
         raise ConfigError(f"--output {out}: already exists; pass --overwrite to replace it, or give another --output")
     from raptor.cli.run_lock import lock_output_dir
-    from raptor.cli.train import quiet_transformers
+    from raptor.cli.run_output import quiet_transformers
 
     lock_output_dir(out.parent, "--output")  # one writer per directory, as raptor train (issue 35)
     quiet_transformers(args)  # --no-progress: no "Loading weights" bar either

@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     from raptor.cli.flag_checks import check_pretrain_args
     from raptor.cli.run_lock import claim_output_dir
+    from raptor.cli.run_output import quiet_transformers
     from raptor.pretrain.run import pretrain
     from raptor.training.run.preflight import check_output_dir
 
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     device = _device(args.device)
+    quiet_transformers(args)  # --no-progress: no "Loading weights" bar either (--init-from)
     result = pretrain(config_from_args(args), resume=args.resume, progress=not args.no_progress, device=device)
     r = result.report
     summary = {k: r[k] for k in ("steps", "held_out_loss", "held_out_top1", "train_seconds", "tokens_per_second",

@@ -110,3 +110,11 @@ def save_run(out: Path, trainer, tokenizer, label_names, max_length: int, result
         print(f"raptor train: wrote {out / 'results.json'}, {out / 'checkpoint'} and {out / 'model'} before "
               "stopping", file=sys.stderr)
         raise stopped
+
+
+def quiet_transformers(args: argparse.Namespace) -> None:
+    """``--no-progress``: transformers' "Loading weights" / "Writing model shards" bars off too."""
+    if getattr(args, "no_progress", False):
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()

@@ -40,7 +40,7 @@ import math
 import sys
 import time
 
-from raptor.cli.run_output import Inputs, nonfinite_warning, settings_line
+from raptor.cli.run_output import Inputs, nonfinite_warning, quiet_transformers, settings_line
 from raptor.cli.sections import add_sections, section
 from raptor.data.model_source import DEFAULT_MODEL, ModelSource
 from raptor.data.public_source import GLUE_PUBLIC_FRACTION
@@ -343,14 +343,6 @@ def _metrics(args: argparse.Namespace, data) -> tuple[str, ...]:
         raise ConfigError(f"--metric f1 is the binary F1 of label id 1, but the train labels have "
                           f"{data.private.num_labels} classes; use --metric accuracy or matthews_correlation")
     return names
-
-
-def quiet_transformers(args: argparse.Namespace) -> None:
-    """``--no-progress``: transformers' "Loading weights" / "Writing model shards" bars off too."""
-    if getattr(args, "no_progress", False):
-        import transformers
-
-        transformers.utils.logging.disable_progress_bar()
 
 
 def classification_inputs(args: argparse.Namespace, config: TrainConfig) -> Inputs:
