@@ -98,13 +98,13 @@ def report_log():
 
 def test_the_quiet_call_drops_only_its_own_threads_report(report_log):
     """Thread A quiets its load; thread B's report, logged while A is inside, is kept."""
-    from raptor.moe.models import _without_load_report
+    from raptor.moe.models import without_load_report
 
     logger, messages = report_log
     inside, b_logged = threading.Barrier(2), threading.Barrier(2)
 
     def a():
-        with _without_load_report():
+        with without_load_report():
             inside.wait(timeout=30)
             b_logged.wait(timeout=30)
             logger.warning("LOAD REPORT from A")
@@ -127,7 +127,7 @@ def test_the_quiet_call_drops_only_its_own_threads_report(report_log):
 def test_concurrent_quiet_calls_neither_leak_nor_lose_reports(report_log):
     """Threads entering and leaving the quiet block at once: every report logged inside a block is
     dropped, every one logged outside is kept, and the filter is gone at the end (the fixture)."""
-    from raptor.moe.models import _without_load_report
+    from raptor.moe.models import without_load_report
 
     logger, messages = report_log
     n_threads, rounds = 4, 200
@@ -136,9 +136,9 @@ def test_concurrent_quiet_calls_neither_leak_nor_lose_reports(report_log):
     def work(i):
         start.wait(timeout=30)
         for r in range(rounds):
-            with _without_load_report():
+            with without_load_report():
                 logger.warning(f"LOAD REPORT inside {i}/{r}")
-                with _without_load_report():  # nested: still quiet, and quiet again after the inner block
+                with without_load_report():  # nested: still quiet, and quiet again after the inner block
                     pass
                 logger.warning(f"LOAD REPORT inside after nesting {i}/{r}")
             logger.warning(f"LOAD REPORT outside {i}/{r}")

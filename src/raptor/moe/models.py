@@ -191,7 +191,7 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     kwargs.pop("output_loading_info", None)
     architectures = _checkpoint_architectures(path if path.exists() else None, name_or_path)
     new_head = bool(architectures) and cls.__name__ not in architectures  # e.g. a masked-LM checkpoint
-    quiet = _without_load_report() if new_head else contextlib.nullcontext()
+    quiet = without_load_report() if new_head else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), quiet:
         model, info = cls.from_pretrained(str(name_or_path), output_loading_info=True, **kwargs)
     missing = _missing_parameter_names(info)
@@ -220,10 +220,10 @@ def _is_load_report(record: logging.LogRecord) -> bool:
     return "LOAD REPORT" in record.getMessage()
 
 
-#: ``with _without_load_report(): from_pretrained(...)`` drops transformers' load report for that
+#: ``with without_load_report(): from_pretrained(...)`` drops transformers' load report for that
 #: call, and only it: the report record only, on the one logger that writes it, logged by the calling
 #: thread inside the block (a load in another thread keeps its report; every later report is logged).
-_without_load_report = ScopedDrop(HF_LOAD_REPORT_LOGGER, _is_load_report)
+without_load_report = ScopedDrop(HF_LOAD_REPORT_LOGGER, _is_load_report)
 
 
 _announced: set[str] = set()

@@ -19,6 +19,8 @@ Legend: B batch, T tokens, D hidden, V vocabulary, M masked positions.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import transformers
 from torch import nn
@@ -30,7 +32,7 @@ from transformers.models.switch_transformers.modeling_switch_transformers import
 
 from raptor.errors import UnsupportedModelError
 from raptor.moe.adapters import get_adapter
-from raptor.moe.models import FAMILIES, init_weights_
+from raptor.moe.models import FAMILIES, init_weights_, without_load_report
 
 MLM_FAMILIES = tuple(f for f in FAMILIES if get_adapter(f).pretrain_objective == "mlm")
 CAUSAL_FAMILIES = tuple(f for f in FAMILIES if f not in MLM_FAMILIES)
@@ -106,11 +108,19 @@ def lm_from_checkpoint(path: str, generator: torch.Generator) -> nn.Module:
     config = transformers.AutoConfig.from_pretrained(path)
     family = config.model_type
     cls = _mlm_class(family) if objective(family) == "mlm" else transformers.AutoModelForCausalLM
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), without_load_report():  # one line of ours instead of HF's table
         model, info = cls.from_pretrained(path, output_loading_info=True, dtype=torch.float32)
     missing = set(info.get("missing_keys") or ())
     init_missing_(model, missing, generator)
+    unused = info.get("unexpected_keys") or ()
+    print(f"raptor pretrain: --init-from {path}: {len(missing)} parameters it lacks drawn from the seed "
+          f"({_modules(missing)}); {len(unused)} of its weights not used ({_modules(unused)})", file=sys.stderr)
     return model
+
+
+def _modules(names) -> str:
+    """``mlm_head.dense.weight, mlm_head.bias, classifier.weight`` -> ``classifier, mlm_head``."""
+    return ", ".join(sorted({name.split(".")[0] for name in names})) or "none"
 
 
 def lm_backbone_hidden(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
