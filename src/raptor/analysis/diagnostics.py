@@ -208,7 +208,7 @@ def _accumulate(roles, dense, public_batches, trained_layers, clip_table, clips,
                 sums[name] = t.detach().double() if name not in sums else sums[name] + t.detach().double()
         g_shared = r.norms[GroupKey.shared()].double()
         g_dense = d.norms[GroupKey.dense()].double()
-        expert_sq = torch.zeros(B, dtype=torch.float64)
+        expert_sq = torch.zeros(B, dtype=torch.float64, device=g_shared.device)  # beside the engine's norms
         for layer in trained_layers:
             owners = r.owners[layer]
             for i in range(B):

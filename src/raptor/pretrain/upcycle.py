@@ -198,7 +198,7 @@ def collect_block_inputs(blocks: Mapping[int, nn.Module], forward: Callable[[tor
         seen = 0
         excluded = torch.tensor(sorted(set(exclude_ids)), dtype=torch.long)
         for ids, mask in batches:
-            current["mask"] = mask.bool() & ~torch.isin(ids, excluded)
+            current["mask"] = mask.bool() & ~torch.isin(ids, excluded.to(ids.device))
             forward(ids, mask)
             seen += int(mask.sum()) if count == "attended" else int(current["mask"].sum())
             if seen >= max_tokens:
@@ -207,7 +207,8 @@ def collect_block_inputs(blocks: Mapping[int, nn.Module], forward: Callable[[tor
         for h in handles:
             h.remove()
     empty = (0,) if width is None else (0, width)
-    return {i: torch.cat(v)[:max_tokens] if v else torch.zeros(empty) for i, v in got.items()}
+    device = {i: next((p.device for p in b.parameters()), torch.device("cpu")) for i, b in blocks.items()}
+    return {i: torch.cat(v)[:max_tokens] if v else torch.zeros(empty, device=device[i]) for i, v in got.items()}
 
 
 @torch.no_grad()
