@@ -1,4 +1,5 @@
-"""Steps of ``benchmarks/gpu_check.sh`` that run in Python: every ``raptor check`` in one process, and
+"""Steps of ``benchmarks/gpu_check.sh`` that run in Python: every ``raptor check`` in one process
+(:func:`raptor.audit.engine_check.check_all`, the library function the command calls), and
 the summary that the script rewrites after every step (so a stop at any point leaves one).
 
 ``python benchmarks/gpu_check_steps.py checks --device cuda --out DIR``: ``raptor check FAMILY`` for
@@ -11,8 +12,6 @@ the step in ``DIR/steps.json`` and rewrites ``DIR/summary.json`` from every resu
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 import time
@@ -25,17 +24,15 @@ DTYPES = ("float32", "bfloat16")
 
 def run_checks(device: str, out: Path, families=FAMILIES, dtypes=DTYPES) -> int:
     """Every family and dtype in this process; a failure (or a crash) of one does not stop the others."""
-    from raptor.cli.main import main
+    from raptor.audit.engine_check import check_all  # what `raptor check FAMILY --json` runs
 
     failed = 0
     for fam in families:
         for dt in dtypes:
             t0 = time.perf_counter()
-            buf = io.StringIO()
             try:
-                with contextlib.redirect_stdout(buf):
-                    rc = main(["check", fam, "--device", device, "--dtype", dt, "--json"])
-                report = json.loads(buf.getvalue())
+                report = check_all(fam, dtype=dt, device=device)
+                rc = 0 if report["passed"] else 1
             except Exception:  # recorded in the check's file and the summary, never swallowed
                 rc, report = 1, {"passed": False, "error": traceback.format_exc()}
             report["seconds"] = time.perf_counter() - t0

@@ -242,6 +242,20 @@ def check_family(family: str, *, grouping: str = "roles", lora: bool = False, ba
                    lora=lora, oracle=oracle)
 
 
+def check_all(family: str, *, groupings: Sequence[str] = ("roles", "dense"), loras: Sequence[bool] = (False, True),
+              tolerance: float | None = None, dtype: str = "float64", **kwargs) -> dict:
+    """``raptor check``'s run: :func:`check_family` for every grouping and LoRA setting, at
+    ``tolerance`` (default 1e-4, :data:`BF16_TOLERANCE` for bfloat16), as one JSON-ready dict
+    ``{"family", "passed", "checks": [CheckReport.to_dict(), ...]}``; ``kwargs`` go to
+    :func:`check_family` (batch_size, seq_len, seed, device)."""
+    if tolerance is None:
+        tolerance = BF16_TOLERANCE if dtype == "bfloat16" else 1e-4
+    reports = [check_family(family, grouping=g, lora=lora, tolerance=tolerance, dtype=dtype, **kwargs)
+               for lora in loras for g in groupings]
+    return {"family": family, "passed": all(r.passed for r in reports), "tolerance": tolerance,
+            "checks": [r.to_dict() for r in reports]}
+
+
 def _layers(model: nn.Module):
     from raptor.moe.adapters import get_adapter
 

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from raptor.audit.engine_check import BF16_TOLERANCE, check_family
+    from raptor.audit.engine_check import check_all
     from raptor.errors import ConfigError
 
     if args.batch_size < 1:
@@ -49,25 +49,19 @@ def run(args: argparse.Namespace) -> int:
     if args.tolerance is not None and not (args.tolerance > 0 and args.tolerance < float("inf")):
         raise ConfigError(f"--tolerance must be a positive finite relative error (e.g. 1e-4), got {args.tolerance}")
     check_device(args.device)
-    if args.tolerance is None:
-        args.tolerance = BF16_TOLERANCE if args.dtype == "bfloat16" else 1e-4
     groupings = ("roles", "dense") if args.grouping == "both" else (args.grouping,)
     loras = (False,) if args.no_lora else (False, True)
-    reports = [
-        check_family(args.family, grouping=g, lora=lora, batch_size=args.batch_size, seq_len=args.seq_len,
-                     seed=args.seed, tolerance=args.tolerance, dtype=args.dtype, device=args.device)
-        for lora in loras for g in groupings
-    ]
-    passed = all(r.passed for r in reports)
+    report = check_all(args.family, groupings=groupings, loras=loras, tolerance=args.tolerance, dtype=args.dtype,
+                       batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed, device=args.device)
+    passed = report["passed"]
     if args.json:
-        print(json.dumps({"family": args.family, "passed": passed, "checks": [r.to_dict() for r in reports]},
-                         indent=2))
+        print(json.dumps({k: report[k] for k in ("family", "passed", "checks")}, indent=2))
     else:
-        print(f"raptor check {args.family} (tolerance {args.tolerance:g}, {args.dtype} tiny model on {args.device})")
+        print(f"raptor check {args.family} (tolerance {report['tolerance']:g}, {args.dtype} tiny model on {args.device})")
         print(f"{'grouping':<8} {'lora':<5} {'norms':>9} {'sums':>9} {'loss':>9} {'owners':>6} {'clipped':>8}  result")
-        for r in reports:
-            print(f"{r.grouping:<8} {str(r.lora):<5} {r.max_rel_norm_error:9.2e} {r.max_rel_sum_error:9.2e} "
-                  f"{r.max_rel_loss_error:9.2e} {str(r.owners_match):>6} {r.clipped_groups:>3}/{r.num_groups:<4}  "
-                  f"{'pass' if r.passed else 'FAIL'}")
+        for r in report["checks"]:
+            print(f"{r['grouping']:<8} {str(r['lora']):<5} {r['max_rel_norm_error']:9.2e} {r['max_rel_sum_error']:9.2e} "
+                  f"{r['max_rel_loss_error']:9.2e} {str(r['owners_match']):>6} {r['clipped_groups']:>3}/"
+                  f"{r['num_groups']:<4}  {'pass' if r['passed'] else 'FAIL'}")
         print("PASS" if passed else "FAIL")
     return 0 if passed else 1
