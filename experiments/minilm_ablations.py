@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "minilm"
-    from raptor.analysis.grid import Cell, git_revision, run_grid
+    from raptor.analysis.grid import Cell
 
     if args.model_dir is None:
         from raptor.shipped import resolve
@@ -102,17 +102,7 @@ def main(argv=None) -> int:
         cells += [Cell(model=model, task="sst2", method=method, epsilon=eps, seed=s, stage="final",
                        hparams={**base, **overrides}) for s in args.seeds]
 
-    def runner(cell):
-        result, _ = rg.train_cell(cell, fx)
-        return result
-
-    claims = Path(args.results).parent / ".claims" / Path(args.results).stem
-    records = run_grid(cells, args.results, runner, on_error="raise", revision=git_revision(HERE),
-                       desc="ablations", claims=claims)
-    for r in records:
-        c, res = r["cell"], r["result"]
-        print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],
-                          "overrides": overrides, "sigma": res["sigma"], "clips": res["calibrated_clips"]}))
+    rg.run_final_cells(cells, fx, args.results, desc="ablations", shown={"overrides": overrides})
     return 0
 
 

@@ -503,6 +503,25 @@ def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple
 # ------------------------------------------------------------------------------------------------
 
 
+def run_final_cells(cells: Sequence[Cell], fx: Fixed, results: str | Path, *, desc: str,
+                    shown: Mapping | None = None) -> list[dict]:
+    """Diagnostic final cells at fixed settings (the ablation scripts): each trained by
+    :func:`train_cell` into ``results`` (resumable: finished cells are skipped; two processes on one
+    file each claim the cells they run), then one JSON line per cell printed (``shown``: extra
+    entries of each line, e.g. the overrides)."""
+    def runner(cell):
+        return train_cell(cell, fx)[0]
+
+    claims = Path(results).parent / ".claims" / Path(results).stem
+    records = run_grid(cells, results, runner, on_error="raise", revision=git_revision(HERE), desc=desc,
+                       claims=claims)
+    for r in records:
+        c, res = r["cell"], r["result"]
+        print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],
+                          **(shown or {}), "sigma": res["sigma"], "clips": res["calibrated_clips"]}))
+    return records
+
+
 def groups(args, fx: Fixed) -> list[tuple[str, str, str, float | None]]:
     """(model, task, method, epsilon) in run order: per task the non-private groups, then per
     epsilon every model and method (so that a stopped grid holds whole comparisons)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -68,7 +67,7 @@ def main(argv=None) -> int:
     transformers.utils.logging.disable_progress_bar()
     rg = _run_grid_module()
     rg.SPACE = "paper"
-    from raptor.analysis.grid import Cell, git_revision, run_grid
+    from raptor.analysis.grid import Cell
 
     fx = rg.Fixed(model_dir=str(Path(args.model_dir).resolve()), data_dir=args.data_dir, public_size=500,
                   selection_size=500, max_train=args.max_train or None, max_length=40, batch_size=args.batch_size,
@@ -81,18 +80,8 @@ def main(argv=None) -> int:
         cells += [Cell(model=model, task="sst2", method=method, epsilon=args.epsilon, seed=s, stage="final",
                        hparams={**fx.hparams(), **h}) for s in args.seeds]
 
-    def runner(cell):
-        result, _ = rg.train_cell(cell, fx)
-        return result
-
     # two copies of this script on one results file each take the cells the other is not running
-    claims = Path(args.results).parent / ".claims" / Path(args.results).stem
-    records = run_grid(cells, args.results, runner, on_error="raise", revision=git_revision(HERE),
-                       desc="streams", claims=claims)
-    for r in records:
-        c, res = r["cell"], r["result"]
-        print(json.dumps({"method": c["method"], "epsilon": c["epsilon"], "seed": c["seed"], "dev": res["metric"],
-                          "sigma": res["sigma"], "clips": res["calibrated_clips"]}))
+    rg.run_final_cells(cells, fx, args.results, desc="streams")
     return 0
 
 
