@@ -1,5 +1,7 @@
 """docs/ARCHITECTURE.md describes the code as it is: every dotted raptor name it quotes resolves, its
-layering table is tests/test_package.py's rule, and it has no changelog phrasing."""
+layering table is tests/test_package.py's rule, and it has no changelog phrasing. The same holds
+for every dotted raptor name in src/, docs/ and the README, and none of them dates a thing by the
+issue that brought it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,17 @@ from pathlib import Path
 
 from test_package import ALLOWED, CLI_FORBIDDEN
 
-DOC = (Path(__file__).resolve().parent.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parent.parent
+DOC = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+#: a dotted name starting at ``raptor`` (not inside a path, a file name such as ``.raptor.lock``, or a
+#: format tag such as ``raptor.privacy_ledger/1``)
+DOTTED = re.compile(r"(?<![\w./-])raptor(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![\w/])")
+
+
+def _tree_texts() -> dict[str, str]:
+    files = [*sorted((ROOT / "src" / "raptor").rglob("*.py")), *sorted((ROOT / "docs").glob("*.md")),
+             ROOT / "README.md"]
+    return {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8") for f in files}
 
 
 def _resolves(dotted: str) -> bool:
@@ -51,3 +63,20 @@ def test_the_layering_table_is_the_tested_rule():
 def test_no_changelog_phrasing():
     found = re.findall(r"\b(now|is gone|moved|no longer|renamed|used to)\b", DOC)
     assert found == [], f"say what the code is, not what changed: {found}"
+
+
+def test_every_dotted_raptor_name_in_src_docs_and_readme_resolves():
+    where: dict[str, set[str]] = {}
+    for path, text in _tree_texts().items():
+        for name in DOTTED.findall(text):
+            where.setdefault(name, set()).add(path)
+    assert len(where) > 200
+    missing = {n: sorted(p) for n, p in sorted(where.items()) if not _resolves(n)}
+    assert missing == {}, f"names the code does not have: {missing}"
+
+
+def test_the_scan_sees_a_stale_name():
+    assert DOTTED.findall("sparse upcycling (:mod:`raptor.moe.upcycle`) and OUTPUT_DIR/.raptor.lock") == \
+        ["raptor.moe.upcycle"]
+    assert not _resolves("raptor.moe.upcycle") and _resolves("raptor.pretrain.upcycle.UpcycleSpec")
+

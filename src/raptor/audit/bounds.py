@@ -135,7 +135,7 @@ def epsilon_at_threshold(in_scores, out_scores, threshold: float, *, delta: floa
 #: Fewest errors of the bound's denominator (false positives for log((1-delta-beta)/alpha), false
 #: negatives for the other direction) that a chosen threshold must have on the fitting sample. A
 #: threshold with 1 false positive in 20,000 there is a lottery ticket: on the independent evaluation
-#: sample it has anything from 0 to 7, and the bound swings with it (issue 24). With >= 30 the
+#: sample it has anything from 0 to 7, and the bound swings with it. With >= 30 the
 #: evaluation count is within about +-1/sqrt(30) of it, and the bound is stable across seeds.
 #: A small fitting sample asks for fewer: 1 in :data:`MIN_ERROR_FRACTION` of it (at least 1), so that
 #: 2,000 releases can still show a large epsilon.

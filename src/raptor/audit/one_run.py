@@ -17,7 +17,7 @@ What it shows: a lower bound with confidence 1 - significance that any correct (
 claim must exceed. With one run and a few thousand canaries the bound is far below a realistic
 claim even for a correct mechanism (the paper's figures are similar): a bound above the claim
 is a bug, a bound below it is not a proof of privacy. These input-space canaries have almost no
-power (bound 0.21 at eps 50, issue 24).
+power (bound 0.21 at eps 50).
 
 ``canary_kind="dirac"`` (``raptor audit one-run --canary-kind dirac``) is the audit with power:
 white-box gradient canaries on coordinates no real record touches, through the run's real release
@@ -71,7 +71,7 @@ class OneRunConfig:
             if self.canary_kind != "dirac":
                 raise ConfigError("--sample-rate is for --canary-kind dirac; with input canaries give --batch-size "
                                   "after --")
-            if not 0.0 < self.sample_rate < 1.0:  # B < N (raptor.training.step.noise_plans.check_batch_size)
+            if not 0.0 < self.sample_rate < 1.0:  # B < N (raptor.training.config.check_batch_size)
                 raise ConfigError(f"--sample-rate must be in (0, 1), got {self.sample_rate}")
         if not 0.0 < self.significance < 0.5:
             raise ConfigError(f"--significance must be in (0, 0.5), got {self.significance}")

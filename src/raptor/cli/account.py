@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: the smallest noise multiplier the PLD accountant is asked about: its table grows as 1/sigma (about
-#: 8 s at 0.1; 1e-4 asked for 1.8 TiB); RDP costs the same at any sigma
+#: 8 s at 0.1, terabytes at 1e-4); RDP costs the same at any sigma
 MIN_PLD_NOISE: float = 0.1
 
 

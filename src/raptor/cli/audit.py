@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.output_dir)
     quiet_transformers(args)  # --no-progress: no "Loading weights" bar either
-    check_audit_args(args)  # bounds of the counts and the noise (issue 35)
-    # before the audit runs (issue 26); locked, and never over another run's files (issue 35)
+    check_audit_args(args)  # bounds of the counts and the noise
+    # before the audit runs; locked, and never over another run's files
     claim_output_dir(args.output_dir, command="raptor audit", writes=AUDIT_FILES)
     if not 0.5 < args.confidence < 1.0:
         raise ConfigError(f"--confidence must be in (0.5, 1), got {args.confidence}")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json and args.json != "-":
         from raptor.cli.flag_checks import check_output_file
 
-        check_output_file(args.json, "--json")  # before the benchmark runs (issue 26)
+        check_output_file(args.json, "--json")  # before the benchmark runs
     if args.reps is not None and args.reps < 1:
         raise ConfigError(f"--reps must be >= 1, got {args.reps}")
     bench = _benchmark_module()

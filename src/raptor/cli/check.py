@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from raptor.cli.flag_checks import MAX_TINY_LENGTH, check_at_most, check_seed
     from raptor.training.run.preflight import check_device
 
-    check_seed(args.seed)  # issue 35: bounds, the tolerance and the device before the model is built
+    check_seed(args.seed)  # bounds, the tolerance and the device before the model is built
     check_at_most("--batch-size", args.batch_size, 1024, " (the reference loop runs one record at a time)")
     check_at_most("--seq-len", args.seq_len, MAX_TINY_LENGTH)
     if args.tolerance is not None and not (args.tolerance > 0 and args.tolerance < float("inf")):

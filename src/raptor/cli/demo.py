@@ -47,8 +47,8 @@ HEAD_INITS = ("label-words", "public-fit")
 #: 0.9 gives its shared stream about DP-SGD's noise; its expert stream steps at lr / 8 (the public
 #: denominator n_hat_e = B pi_e, pi_e about 1/8, makes an expert's step about 8x what a division by B
 #: gives; 3 seeds, 8,000 records, epsilon 1: 0.637 +- 0.005 against 0.601 +- 0.021 with lr_expert = lr).
-#: ``minilm-moe`` (the real pretrained all-MiniLM-L6-v2, upcycled): the paper protocol of the issue-33
-#: table (LoRA r 8 on attention and on the last MoE layer's experts, the head frozen after a fit on
+#: ``minilm-moe`` (the real pretrained all-MiniLM-L6-v2, upcycled): the paper protocol of
+#: docs/RESULTS.md's minilm-moe table (LoRA r 8 on attention and on the last MoE layer's experts, the head frozen after a fit on
 #: the sample's declared-public split), AdamW lr 5e-3 (the table's selection at epsilon 1 and 8), C at
 #: about the public median norms (shared 1.0, owner expert 0.2; docs/RESULTS.md), shared ratio 0.9.
 RECIPES: dict[str, dict] = {
@@ -134,7 +134,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
     fill_recipe(args)
 
-    check_output_dir(args.output_dir, overwrite=True, resume=False)  # before anything is trained (issue 26)
+    check_output_dir(args.output_dir, overwrite=True, resume=False)  # before anything is trained
     for name in ("batch_size", "max_length", "public_size", "evaluations", "micro_batch_size"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")

@@ -1,4 +1,4 @@
-"""Flag checks made before any data is read or any budget is spent (issue 26): each names the flag
+"""Flag checks made before any data is read or any budget is spent: each names the flag
 (or the file) and says what to do.
 
 * :func:`check_train_args`: ``raptor train`` flags that the typed configs cannot see (the output
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from raptor.errors import ConfigError
 
-#: the largest ``--max-length`` of a tiny random-init family (its position table is built to fit;
-#: 1e5 positions asked for tens of GB before any error)
+#: the largest ``--max-length`` of a tiny random-init family (its position table is built to fit,
+#: and grows with it)
 MAX_TINY_LENGTH: int = 4096
 #: largest ``--seed`` (the generators take a non-negative 63-bit integer)
 SEED_LIMIT: int = 2**63
@@ -180,7 +180,7 @@ def check_max_length(args) -> None:
 
 
 def check_train_args(args) -> None:
-    """Everything of issue 26 that ``raptor train`` can check from its flags alone."""
+    """Everything that ``raptor train`` can check from its flags alone, before any data is read."""
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
     check_seed(args.seed)
@@ -299,7 +299,7 @@ def check_predict_output(out: Path, input_file: str, max_length) -> None:
 
 def check_inspect_args(args) -> None:
     """``raptor inspect`` shares the data and model flags of ``raptor train``: the same checks, and
-    its own counts (issue 26, second sweep)."""
+    its own counts."""
     check_seed(args.seed)
     if args.public_size is not None and not math.isfinite(args.public_size):
         raise ConfigError(f"--public-size must be a finite count or a fraction in (0, 1), got {args.public_size}")
@@ -328,7 +328,7 @@ def check_output_file(path: str | Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: {parent} is a file, so the file cannot be created")
 
 
-#: upper bounds of ``raptor pretrain``'s count and size flags (issue 35): far above any run this
+#: upper bounds of ``raptor pretrain``'s count and size flags: far above any run this
 #: library makes on one machine, low enough that a typo is a one-line error, not an allocation of
 #: terabytes or a run of years
 PRETRAIN_LIMITS: dict[str, int] = {
@@ -371,18 +371,18 @@ def check_pretrain_args(args) -> None:
 
 
 #: ``raptor audit mechanism --releases``: at most this many per world and half (about an hour on
-#: one CPU core; 1e9 ran with no output and no end)
+#: one CPU core)
 MAX_AUDIT_RELEASES: int = 2_000_000
 #: ``--sigma`` of the mechanism audit: below this the claimed epsilon's privacy-loss distribution
-#: grows past memory (1e-6 asked for 17.8 PiB; 0.05 takes 25 s)
+#: grows past memory as sigma falls (0.05 takes 25 s)
 MIN_AUDIT_SIGMA: float = 0.05
 #: ``raptor audit one-run --canaries``: at most this many canaries
 MAX_CANARIES: int = 10_000_000
 
 
 def check_audit_args(args) -> None:
-    """``raptor audit``: counts, seeds and the noise level inside the ranges the audit can compute
-    (issue 35), checked before the output directory is touched."""
+    """``raptor audit``: counts, seeds and the noise level inside the ranges the audit can compute,
+    checked before the output directory is touched."""
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
     if args.audit == "mechanism":

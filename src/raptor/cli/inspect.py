@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from raptor.data.model_source import init_generator, load_model_and_tokenizer
     from raptor.training.setup.layer_report import layer_report
 
-    check_inspect_args(args)  # before any data is read (issue 26)
+    check_inspect_args(args)  # before any data is read
     split = load_data(data_source(args)).split
     model, tokenizer = load_model_and_tokenizer(model_source(args), split.public, split.public.num_labels,
                                                 init_generator(args.seed))

@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "account": ("raptor.cli.account", "epsilon of T subsampled Gaussian releases at a delta"),
     "plan": ("raptor.cli.plan", "calibrate sigma_s and sigma_e to an (epsilon, delta) budget"),
     "check": ("raptor.cli.check", "compare the per-record engine with the one-record reference on a tiny model"),
-    "demo": ("raptor.cli.demo", "train a tiny Switch model on the bundled SST-2 sample (the main job)"),
+    "demo": ("raptor.cli.demo", "fine-tune a real pretrained MoE (minilm-moe) on the bundled SST-2 sample, RAPTOR vs DP-SGD (the main job)"),
     "train": ("raptor.cli.train", "DP fine-tuning with RAPTOR or a baseline; writes results.json and a checkpoint"),
     "predict": ("raptor.cli.predict", "predict labels with a model a raptor train run saved (CSV/JSONL out)"),
     "inspect": ("raptor.cli.inspect", "public routing entropy, shares, bias and variance per MoE layer; recommended layer(s)"),

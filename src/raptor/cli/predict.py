@@ -54,13 +54,13 @@ def run(args: argparse.Namespace) -> int:
     from raptor.cli.flag_checks import check_model_dir, check_predict_output
     from raptor.data.user_files import read_texts
 
-    check_predict_output(out, args.input, args.max_length)  # issue 26: before anything is computed
+    check_predict_output(out, args.input, args.max_length)  # before anything is computed
     if out.exists() and not args.overwrite:
         raise ConfigError(f"--output {out}: already exists; pass --overwrite to replace it, or give another --output")
     from raptor.cli.run_lock import lock_output_dir
     from raptor.cli.run_output import quiet_transformers
 
-    lock_output_dir(out.parent, "--output")  # one writer per directory, as raptor train (issue 35)
+    lock_output_dir(out.parent, "--output")  # one writer per directory, as raptor train
     quiet_transformers(args)  # --no-progress: no "Loading weights" bar either
     check_device(args.device)
     directory = model_dir(args.model)

@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
 
     if str(args.output_dir).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path")
-    check_output_dir(args.output_dir, overwrite=True, resume=True)  # a usable path first (issue 26)
-    check_pretrain_args(args)  # bounds, --text, --tokenizer (issue 35)
-    # before pre-training (issue 26); locked, and never over a model or another run's files (issue 35)
+    check_output_dir(args.output_dir, overwrite=True, resume=True)  # a usable path first
+    check_pretrain_args(args)  # bounds, --text, --tokenizer
+    # before pre-training; locked, and never over a model or another run's files
     claim_output_dir(args.output_dir, command="raptor pretrain", resume=args.resume)
     if args.threads is not None:
         if args.threads < 1:

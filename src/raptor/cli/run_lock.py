@@ -1,4 +1,4 @@
-"""One writer per output directory: ``OUTPUT_DIR/.raptor.lock`` (issue 26, second sweep).
+"""One writer per output directory: ``OUTPUT_DIR/.raptor.lock``.
 
 Two ``raptor train`` processes given the same ``--output-dir`` would interleave their checkpoints,
 results and model. The first takes the lock; the second exits at once with a one-line error naming
@@ -42,7 +42,7 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
     lock = directory / LOCK_NAME
     if lock in _HELD:
         return lock
-    try:  # a dangling symlink, a directory under /proc, ...: one line, not a traceback (issue 35)
+    try:  # a dangling symlink, a directory under /proc, ...: one line, not a traceback
         directory.mkdir(parents=True, exist_ok=True)
         fd = lock_file(lock)
     except OSError as err:
@@ -58,8 +58,8 @@ def lock_output_dir(output_dir, flag: str = "--output-dir", *, distributed: bool
 
 def claim_output_dir(output_dir, *, command: str, writes: Iterable[str] = (), resume: bool = False,
                      flag: str = "--output-dir") -> Path:
-    """The output directory of a command other than ``raptor train`` (pretrain, audit, predict; issue
-    35): usable (:func:`raptor.training.run.preflight.check_output_dir`), locked (:func:`lock_output_dir`),
+    """The output directory of a command other than ``raptor train`` (pretrain, audit,
+    predict): usable (:func:`raptor.training.run.preflight.check_output_dir`), locked (:func:`lock_output_dir`),
     and holding nothing but the files ``command`` writes itself (``writes``: their names), so that a
     train run, a saved model or another command's results are never overwritten. ``resume``: the
     directory is this command's own earlier run (checked by the command)."""

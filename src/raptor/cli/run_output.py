@@ -43,8 +43,8 @@ class Inputs:
 
 def settings_line(args: argparse.Namespace, config: TrainConfig, num_private: int, *,
                   task_type: str | None = None) -> str:
-    """The first line of a run: the settings that matter, defaults marked (issue 15 item 9), and
-    the task type (``inferred`` when ``--task-type`` was left to auto; issue 26)."""
+    """The first line of a run: the settings that matter, defaults marked, and the task
+    type (``inferred`` when ``--task-type`` was left to auto)."""
     if config.steps is not None:
         length = f"{config.steps} steps (--steps) over {num_private:,} private records"
     else:

@@ -1,4 +1,4 @@
-"""The sections of ``raptor train --help`` (issue 25): each train flag sits in exactly one.
+"""The sections of ``raptor train --help``: each train flag sits in exactly one.
 
 Every module that adds train flags (``cli/train.py``, ``cli/recipe.py``, ``cli/torchrun.py``,
 ``cli/train_generate.py``) asks :func:`section` for its group by name, so that one help page lists

@@ -64,7 +64,7 @@ from raptor.training.names import METRICS
 
 _TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
 
-#: default learning rates (issue 15 item 9): a tiny model (a random-init family, or the shipped
+#: default learning rates: a tiny model (a random-init family, or the shipped
 #: warm start, 2.9 M parameters) needs a larger step than a large pre-trained one. For the shipped
 #: model the grid's matched tuning (experiments/results/sst2_switch.json, AdamW lr 5e-4 vs 2e-3,
 #: selected on a public split) chose 2e-3 in 15 of its 16 DP groups and 3e-3 non-privately.
@@ -169,7 +169,7 @@ def _add_method_arguments(method_g) -> None:
     method_g.add_argument("--method", choices=METHODS, default=_TC.method, help=f"training method (default {_TC.method})")
     method_g.add_argument("--layers", default=None,
                           help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the "
-                               "last MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
+                               "last MoE layer), 'all' (every MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
     method_g.add_argument("--alternate", default=None, help="S:X alternating schedule (default simultaneous)")
     method_g.add_argument("--denominator", choices=DENOMINATORS, default=_PC.denominator,
                           help=f"expert denominators: public n_hat or uniform B/E (default {_PC.denominator})")
@@ -254,16 +254,16 @@ def _add_head_arguments(model_g) -> None:
 
 def parse_layers(text: str) -> tuple[str | tuple[int, ...], int]:
     """``--layers`` as the config's (``layers``, ``num_auto_layers``): 'auto' (one layer), 'auto:K',
-    'last' or comma-separated MoE layer indices."""
+    'last', 'all' or comma-separated MoE layer indices."""
     default = TrainConfig.num_auto_layers
-    if text in ("auto", "last"):
+    if text in ("auto", "last", "all"):
         return text, default
     try:
         if text.startswith("auto:"):
             return "auto", int(text[len("auto:"):])
         return tuple(int(v) for v in text.split(",")), default
     except ValueError as err:
-        raise ConfigError(f"--layers must be 'auto', 'auto:K' (K layers), 'last' or comma-separated MoE layer "
+        raise ConfigError(f"--layers must be 'auto', 'auto:K' (K layers), 'last', 'all' or comma-separated MoE layer "
                           f"indices, got {text!r}") from err
 
 
@@ -313,12 +313,12 @@ def check_before_training(args: argparse.Namespace) -> TrainConfig:
     from raptor.data.model_source import FAMILY_NAMES, shipped_models
     from raptor.training.run.preflight import check_device, check_model_name, check_output_dir
 
-    check_train_args(args)  # issue 26: flags the typed configs cannot see
+    check_train_args(args)  # flags the typed configs cannot see
     config = config_from_args(args)
     check_output_dir(config.output_path, overwrite=True, resume=True)  # a directory path that can be written
     from raptor.cli.run_lock import lock_output_dir
 
-    lock_output_dir(config.output_path, distributed=args.distributed)  # one run per --output-dir (issue 26)
+    lock_output_dir(config.output_path, distributed=args.distributed)  # one run per --output-dir
     check_output_dir(config.output_path, overwrite=args.overwrite, resume=bool(args.resume))
     check_device(args.device)
     check_model_name(args.model, FAMILY_NAMES, shipped_models())
@@ -356,7 +356,7 @@ def classification_inputs(args: argparse.Namespace, config: TrainConfig) -> Inpu
         from raptor.training.setup.head_init import REGRESSION_REFUSAL
 
         raise ConfigError(REGRESSION_REFUSAL)
-    metrics = _metrics(args, data)  # before the model is built (issue 35: --metric f1 on 3 classes)
+    metrics = _metrics(args, data)  # before the model is built (--metric f1 on 3 classes)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels,
                                                 init_generator(config.seed))
     label_words = _init_head(args, model, tokenizer, data.private.label_names)
@@ -454,7 +454,7 @@ def _classification_lines(results: dict, path) -> list[str]:
 def _init_head(args, model, tokenizer, label_names=()) -> list[str] | None:
     """``--head-init label-words``: the head from the label words' embeddings (public; no record read).
     Words that are the label names go to those labels, in any order; words that the tokenizer cannot
-    tell apart are refused (issue 35). Returns the words in label-id order."""
+    tell apart are refused. Returns the words in label-id order."""
     from raptor.training.setup.head_init import LABEL_WORDS, init_head_from_label_words
 
     if args.head_init == "random":

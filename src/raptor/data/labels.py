@@ -1,4 +1,4 @@
-"""One validation layer for class labels (issue 35), used by ``raptor.fine_tune`` and ``raptor train``.
+"""One validation layer for class labels, used by ``raptor.fine_tune`` and ``raptor train``.
 
 * :func:`label_ids`: the labels of records given in Python (``raptor.fine_tune``, JSON values) as
   ids and names: one type per split (integer class ids, or class names as strings, or booleans),

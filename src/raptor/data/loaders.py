@@ -272,7 +272,7 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
             raise DataError(f"{source}: record {bad}: label {raw[bad]!r} is not a finite number; fix or drop the record")
         return ClassificationData(texts, tuple(float(y) for y in raw), (), pairs, source=source,
                                   task_type="regression")
-    names, labels = label_ids(raw, source=source, label_names=label_names)  # issue 35: one type, no NaN class
+    names, labels = label_ids(raw, source=source, label_names=label_names)  # one type, no NaN class
     return ClassificationData(texts, labels, names, pairs, source=source)
 
 

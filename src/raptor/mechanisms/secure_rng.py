@@ -6,7 +6,7 @@
 * the key (256 bits) and the initial counter block (128 bits) come from the OS CSPRNG
   (:func:`secrets.token_bytes`) and are never printed or logged. :meth:`AesCtrGenerator.get_state`
   (key, counter block, bytes used) goes into a run's mid-run checkpoints only, so that a resumed
-  run continues the same stream exactly (issue 15); the final checkpoint of a secure run drops it.
+  run continues the same stream exactly; the final checkpoint of a secure run drops it.
   Why that is safe: the state lets one recompute this run's samples and noise, so a checkpoint
   that holds it is exactly as confidential as the training data it sits next to (keep it where
   the data is kept, never publish it); what is released (the final model, results.json) never

@@ -386,7 +386,7 @@ _register_all([
         head_class="raptor.moe.bert_moe:BertMoeForSequenceClassification", tiny_kwargs=_bert_moe,
         top1=True, dispatch="module_dict", pretrain_objective="mlm",
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "wi", "wo"),
-        notes="BERT encoder upcycled into top-1 MoE FFNs (raptor.moe.upcycle); no aux loss, no capacity",
+        notes="BERT encoder upcycled into top-1 MoE FFNs (raptor.pretrain.upcycle); no aux loss, no capacity",
     ),
     MoEAdapter("deepseek_vl_v2", "DeepseekV2Moe", router_attr="gate", experts_attr="experts",
                causal_class="raptor.moe.vl2.model:DeepseekVL2ForCausalLM",

@@ -1,6 +1,6 @@
 """``bert_moe``: a BERT-family encoder whose feed-forward blocks may be Mixtures of Experts.
 
-It is the family that sparse upcycling (:mod:`raptor.moe.upcycle`) produces from a dense BERT
+It is the family that sparse upcycling (:mod:`raptor.pretrain.upcycle`) produces from a dense BERT
 checkpoint such as all-MiniLM-L6-v2: the layers listed in ``config.moe_layers`` hold
 ``config.num_experts`` copies of the dense FFN behind a top-1 router; the other layers keep their
 dense FFN. Classes (registered with transformers' Auto classes on import, so that

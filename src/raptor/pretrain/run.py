@@ -288,8 +288,8 @@ def save_model(model, tokenizer, config: PretrainConfig, out: Path) -> None:
 
 
 def _check_split(corpus, held_par, every: int, group: int = 20) -> None:
-    """A held-out split that is not empty, or a :class:`DataError` saying why (issue 35: it read "the
-    public text gives 0 tokens")."""
+    """A held-out split that is not empty, or a :class:`DataError` saying why (not "the public text
+    gives 0 tokens")."""
     if held_par:
         return
     groups = max(-(-len(cf.paragraphs) // group) for cf in corpus)
@@ -399,7 +399,7 @@ def _start_state(run: _Run, resume: bool) -> dict:
         state = torch.load(run.ckpt_path, weights_only=False, map_location="cpu")
         state["config"].setdefault("dtype", "float32")  # runs saved before --dtype existed were float32
         diff = sorted(k for k in config_dict if k != "output_dir" and state["config"].get(k) != config_dict[k])
-        if diff:  # the directory may differ: a run copied elsewhere resumes there (issue 35)
+        if diff:  # the directory may differ: a run copied elsewhere resumes there
             raise ConfigError(f"--resume: the run in {run.out} was started with different settings "
                               f"({', '.join(diff)}); pass the same flags as the first run")
         run.model.load_state_dict(state["model"])

@@ -228,7 +228,8 @@ class TrainConfig:
     records, resolved once N is known (:func:`resolve_batch_size`, called by the run's assembly,
     :func:`raptor.training.run.assemble.assemble_run`); an explicit value is kept as given.
     ``layers`` = "auto" (public routing entropy rule, :mod:`raptor.roles.layer_choice`) or a tuple
-    of MoE layer indices, or "last" (the last MoE layer, the reference's choice); ``num_auto_layers``
+    of MoE layer indices, or "last" (the last MoE layer, the reference's choice), or "all" (every MoE
+    layer: the reference's non-private upper bound); ``num_auto_layers``
     is how many "auto" picks. LoRA: rank 8, alpha 16 as in the reference, but dropout 0 (the
     reference's 0.05 would draw from torch's global RNG, which raptor never uses). ``lora=True``
     trains LoRA adapters instead of full weights in every method whose trainable set is built from
@@ -268,12 +269,12 @@ class TrainConfig:
                                             or self.batch_size < 1):
             raise _err(c, "batch_size", self.batch_size, "an integer >= 1")
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)
-                                      or not 0 <= self.seed < 2**63):  # the generators take 63 bits (issue 35)
+                                      or not 0 <= self.seed < 2**63):  # the generators take 63 bits
             raise _err(c, "seed", self.seed, "an integer in [0, 2**63) or None (secure randomness)")
-        if self.layers not in ("auto", "last"):
+        if self.layers not in ("auto", "last", "all"):
             lay = tuple(self.layers) if not isinstance(self.layers, str) else None
             if not lay or any(not isinstance(v, int) or v < 0 for v in lay) or len(set(lay)) != len(lay):
-                raise _err(c, "layers", self.layers, "'auto', 'last' or a non-empty tuple of distinct MoE layer "
+                raise _err(c, "layers", self.layers, "'auto', 'last', 'all' or a non-empty tuple of distinct MoE layer "
                            "indices >= 0")
             object.__setattr__(self, "layers", tuple(sorted(lay)))
         for name in ("lora", "freeze_head"):

@@ -147,7 +147,7 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
                            evaluator=enc.evaluator, objective=enc.objective, comm=comm, start=start)
     if announce is not None:
         announce(trainer)
-    if job.label_names:  # issue 35: the label map at the start of every classification run
+    if job.label_names:  # the label map at the start of every classification run
         print(label_map_line(job.label_names, label_words), flush=True)
     extra = dict(job.results, **enc.results)
     try:

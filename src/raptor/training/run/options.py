@@ -139,7 +139,7 @@ def check_arguments(model, tokenizer, train, validation, config, options: RunOpt
                           f"{list(columns)}")
     if not isinstance(label_column, str) or not label_column:
         raise ConfigError(f"label_column must be a column name (a non-empty string), got {label_column!r}")
-    if columns is not None and label_column in columns:  # issue 35: the label would be read as input text
+    if columns is not None and label_column in columns:  # the label would be read as input text
         raise ConfigError(f"text_columns {list(columns)} holds the label_column {label_column!r}; the model would "
                           "read the label as its input. Give the text column(s) only")
     _same_objective(train, validation, public)
@@ -176,7 +176,7 @@ def check_model_fits(model: nn.Module, tokenizer, num_labels: int, kind: str) ->
 
 
 #: the longest ``max_length`` of a model whose config names no position bound (as ``raptor train``'s
-#: tiny families: 1e5 asked for 10 GB before any error)
+#: tiny families): its position table is allocated at that size
 MAX_UNBOUNDED_LENGTH = 4096
 #: model config keys that bound the positions a model takes
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
@@ -184,7 +184,7 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length"
 
 def check_max_length(model: nn.Module, max_length: int) -> None:
     """``config.max_length`` within the model's positions (its config's bound, else
-    :data:`MAX_UNBOUNDED_LENGTH`), checked before anything is allocated (issue 35)."""
+    :data:`MAX_UNBOUNDED_LENGTH`), checked before anything is allocated."""
     config = getattr(model, "config", None)
     positions = next((v for k in POSITION_KEYS if isinstance(v := getattr(config, k, None), int) and v > 0), None)
     if positions is not None and max_length > positions:
@@ -198,7 +198,7 @@ def check_max_length(model: nn.Module, max_length: int) -> None:
 
 def _same_objective(train, validation, public) -> None:
     """Generation records (QAData, VQAData) and classification records are not mixed across
-    ``train=``, ``validation=`` and ``public=`` (issue 35: an AttributeError deep in the run)."""
+    ``train=``, ``validation=`` and ``public=`` (a clear error here, not an AttributeError deep in the run)."""
     from raptor.data.qa import QAData
     from raptor.data.vqa import VQAData
 

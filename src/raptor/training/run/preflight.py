@@ -42,7 +42,7 @@ def check_output_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path
     if str(path).strip() == "":
         raise ConfigError("--output-dir is empty; give a directory path (e.g. runs/my-run)")
     path = Path(path)
-    if path.is_symlink() and not path.exists():  # mkdir would fail with "File exists" (issue 35)
+    if path.is_symlink() and not path.exists():  # mkdir would fail with "File exists"
         raise ConfigError(f"--output-dir {path}: is a symbolic link to a missing target ({os.readlink(path)}); "
                           "create the target directory, or choose another --output-dir")
     if path.exists() and not path.is_dir():

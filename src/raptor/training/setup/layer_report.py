@@ -23,7 +23,7 @@ def layer_report(model: nn.Module, public: dict, *, count: int = 1, batch_size: 
     holds the load-weighted noise variance of an expected batch of ``batch_size`` records at
     expert clip norm ``clip_expert``."""
     layers = len(get_adapter(model).moe_layers(model))
-    if count > layers:  # issue 35: refused as raptor train refuses --layers auto:K above the layers
+    if count > layers:  # refused as raptor train refuses --layers auto:K above the layers
         raise ConfigError(f"--count {count}: the model has only {layers} MoE layers; give --count {layers} or less")
     model.eval()
     owners = public_routing(model, public, TrainConfig())

@@ -112,7 +112,7 @@ def public_routing(model: nn.Module, public: Records, config: TrainConfig) -> di
 def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, torch.Tensor], config: TrainConfig,
                           spec: MethodSpec) -> tuple[tuple[int, ...], LayerChoice]:
     """(trained MoE layers, the public layer table): ``config.layers`` or the "auto" rule for
-    methods that pick layers ("last": the last MoE layer); the last MoE block for last-layer; every
+    methods that pick layers ("last": the last MoE layer; "all": every MoE layer); the last MoE block for last-layer; every
     MoE layer for dpsgd-full; none otherwise."""
     num_experts = {info.index: info.num_experts for info in layers}
     if spec.uses_layers and config.layers == "auto" and config.num_auto_layers > len(layers):
@@ -128,6 +128,8 @@ def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, t
         return tuple(choice.chosen), choice
     if config.layers == "last":
         return (layers[-1].index,), choice
+    if config.layers == "all":
+        return tuple(info.index for info in layers), choice
     unknown = sorted(set(config.layers) - set(num_experts))
     if unknown:
         raise ConfigError(f"--layers {unknown} are not MoE layers; the MoE layers are {sorted(num_experts)}")

@@ -264,7 +264,7 @@ class Trainer:
                 if checkpointing:
                     self.save(self.config.output_path / "checkpoint")
                 if not self.state.evals or self.state.evals[-1]["step"] != self.state.step:
-                    self._evaluation_point()  # the model as saved (issue 26): results carry its dev metrics
+                    self._evaluation_point()  # the model as saved: results carry its dev metrics
                 err.results = self.results()
                 raise
             self.state.step_seconds += time.perf_counter() - start
