@@ -1,4 +1,4 @@
-"""What the bad-input sweeps of the CLI share (test_bad_inputs, test_bad_inputs_26, _35, _sweep2): 60
+"""What the bad-input tests of the CLI share (test_bad_inputs, test_errors_every_command, test_errors_pretrain_audit_predict_labels, test_errors_fine_tune_lock_resume): 60
 labelled sentences, their TSV, the flags of a one-step run on a tiny model, and a CLI run with its one
 error line checked."""
 

@@ -1,4 +1,4 @@
-"""The bad-input suite (issue 15): each class of bad input gives ONE clear error line on stderr
+"""The bad-input suite of ``raptor train`` and ``raptor predict``: each class of bad input gives ONE clear error line on stderr
 naming what to fix, a non-zero exit, and no traceback. The table is also the source of
 docs/ERRORS.md (``python tests/cli/test_bad_inputs.py`` prints it)."""
 

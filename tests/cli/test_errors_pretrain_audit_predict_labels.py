@@ -1,6 +1,6 @@
-"""Issue 35: the Python API, pretraining and the audits at the standard ``raptor train`` meets. Each
-case failed on the code before the fix (data lost, a silently wrong run, a traceback, a hang, or a
-misleading message) and is now a clear one-line refusal or the right result:
+"""The Python API, pretraining and the audits at the standard ``raptor train`` meets: each case is a
+clear one-line refusal or the right result (not lost data, a silently wrong run, a traceback, a hang
+or a misleading message):
 
 * ``raptor pretrain``, ``raptor audit`` and ``raptor predict`` take the output lock and never write
   over another run's files or a saved model;
@@ -191,7 +191,7 @@ def _flag_cases(tmp_path: Path, *, write: bool = True):
         "pretrain --steps 1e12": (_pretrain(text, out, "--steps", str(10**12)), r"--steps must be an integer <= "),
         "pretrain --tokenizer not a dir": (_pretrain(text, out, "--tokenizer", "NOT_A_DIR"),
                                            r"--tokenizer NOT_A_DIR: no such directory or file"),
-        # the third sweep (docs/ERRORS.md): before, each ran on, crashed or said something else
+        # docs/ERRORS.md: each is refused before anything runs
         "pretrain --glue-public-size nan": (_pretrain(text, out, "--glue-public-size", "nan"),
                                             r"--glue-public-size must be a finite number, got nan"),
         "pretrain --threads 100000": (_pretrain(text, out, "--threads", "100000"),
@@ -385,7 +385,7 @@ def test_string_labels_are_named_in_the_map(tok, tmp_path):
     assert out.results["labels"] == [{"label": "neg", "id": 0, "word": None}, {"label": "pos", "id": 1, "word": None}]
 
 
-# ---------------------------------------------------------------- the third sweep: records and configs
+# ---------------------------------------------------------------- records and configs
 
 def _rows(values):
     return [{"sentence": "a b", "label": v} for v in values]

@@ -1,5 +1,5 @@
-"""Issue 26, second sweep: what the first probe did not reach. Each case failed on the code before
-the fix (a traceback, a silent wrong run, a misleading or remedy-less message, or no refusal):
+"""Bad inputs of ``raptor.fine_tune``, of concurrent runs and of old checkpoints: each is a clear
+refusal (not a traceback, a silent wrong run, a misleading or remedy-less message):
 
 * ``raptor.fine_tune`` from Python with bad arguments: a :class:`~raptor.errors.ConfigError`
   naming the argument (a :class:`~raptor.errors.DataError` naming the record for bad record contents);

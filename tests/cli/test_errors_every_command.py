@@ -1,4 +1,4 @@
-"""Issue 26: the cases a careful new user still hit. Each case failed on the code before the fix.
+"""Bad inputs of every command (train, predict, demo, check, account, plan, inspect, pretrain, audit).
 
 An ``error`` case exits with status 2 and prints exactly one ``raptor <cmd>: error:`` line naming
 the file, line or flag, with no traceback; files listed in ``unchanged`` keep their bytes; a case
@@ -161,7 +161,7 @@ CASES = [
     Case("--alternate 0:1 names the flag", _user("--alternate", "0:1"), r"^raptor train: error: --alternate", F),
     Case("--hidden-size 6 names the flag", _user("--hidden-size", "6"), r"^raptor train: error: --hidden-size 6", F),
     Case("--num-experts 0 names the flag", _user("--num-experts", "0"), r"^raptor train: error: --num-experts", F),
-    # ---- second sweep: other commands
+    # ---- the other commands
     *[Case(f"inspect {' '.join(extra)}", ["inspect", "--train-file", "{d}/train.tsv", "--public-size", "20",
                                           "--vocab-size", "60", "--hidden-size", "16", *extra], expect, F, train=False)
       for extra, expect in [(["--batch-size", "0"], r"--batch-size must be an integer >= 1"),
@@ -294,7 +294,7 @@ def run_case(case, d, finished_run, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_issue_26_case(case, tmp_path, finished_run, capsys, monkeypatch):
+def test_a_bad_input_is_one_clear_line(case, tmp_path, finished_run, capsys, monkeypatch):
     rc, out, err, kept = run_case(case, tmp_path, finished_run, capsys, monkeypatch)
     assert kept, "a file that must not change was overwritten"
     assert "Traceback" not in err
@@ -333,7 +333,7 @@ def test_labels_with_underscores_are_not_merged_with_numbers(tmp_path):
     assert sorted(data.label_names) == ["0", "1000", "1_000"]
 
 
-if __name__ == "__main__":  # the issue-26 table of docs/ERRORS.md, from a real run of every case
+if __name__ == "__main__":  # the every-command table of docs/ERRORS.md, from a real run of every case
     import sys
     import tempfile
 
