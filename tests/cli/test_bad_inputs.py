@@ -293,7 +293,7 @@ if __name__ == "__main__":  # print the table of docs/ERRORS.md from a real run 
             sys.stderr.seek(0)
             rc, err = run_case(case, d, d0 / "out", Cap())
             line = next((x for x in err.splitlines() if "error:" in x), err.strip())
-            rows.append(f"| {i + 1} | {case.name} | {rc} | `{line.replace(base, '…').replace('|', '/')}` |")
+            rows.append(f"| {case.name} | {rc} | `{line.replace(base, '…').replace('|', '/')}` |")
         sys.stderr = real_err
-    print("| # | bad input | exit | message |\n|---|---|---|---|")
+    print("| bad input | exit | message |\n|---|---|---|")
     print("\n".join(rows))
