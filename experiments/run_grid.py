@@ -46,12 +46,16 @@ import torch
 from raptor._hashing import sha256_file
 from raptor.analysis.grid import Cell, git_revision, read_records, run_grid
 from raptor.errors import ConfigError
+from raptor.recipes import REFERENCE_GRID
 from raptor.training.config import METHODS
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # --results-dir replaces it
 DP_METHODS = tuple(m for m in METHODS if m != "nonprivate")
-GRID_METHODS = (*METHODS, "raptor-split")
+#: ``--space reference``: the reference's methods by their names, each at its own grid settings
+#: (raptor.recipes.REFERENCE_GRID); "ours" is the grid's ``raptor`` and "upper_bound" its ``nonprivate``
+REFERENCE_METHODS = tuple(m for m in REFERENCE_GRID if m not in ("ours", "upper_bound"))
+GRID_METHODS = (*METHODS, "raptor-split", *REFERENCE_METHODS)
 
 # ------------------------------------------------------------------------------------------------
 # The search space: the same number of configurations for every method (matched budget).
@@ -145,8 +149,22 @@ MINILM_SPACES = {
                           "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in MINILM_LRS),
     "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
 }
+#: ``--space reference``: ONE fixed configuration per method, the reference grid's own batch size,
+#: learning rate, epochs and trainable set for it (no tuning: the paper's settings, not a matched
+#: budget), C_s = C_e = 1 and RAPTOR's shared ratio 0.3 as in the reference. The head comes from
+#: ``--head-init``; the reference's own methods train theirs or keep it frozen as the grid says.
+REFERENCE_NAMES = {"raptor": "ours", "nonprivate": "upper_bound"}
+
+
+def reference_space(method: str) -> tuple[dict, ...]:
+    s = REFERENCE_GRID[REFERENCE_NAMES.get(method, method)]
+    return ({"B": s.batch_size, "lr": s.lr, "epochs": s.epochs, "lora": s.lora, "freeze_head": s.freeze_head,
+             "layers": s.layers, "clip": 1.0, "shared_ratio": 0.3},)
+
+
 #: grid methods that are a library method with fixed settings (their own row in every table)
-VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor", "dpsgd-head": "dpsgd"}
+VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor", "dpsgd-head": "dpsgd",
+            **{m: REFERENCE_GRID[m].method for m in REFERENCE_METHODS}}
 
 
 def library_method(method: str) -> str:
@@ -164,13 +182,18 @@ def paper_space(method: str, spaces: Mapping[str, tuple[dict, ...]] | None = Non
 #: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
 #: ``expert-lr``, ``shared-ratio-0.9``, ``first-layer``, ``demo`` or ``demo-expert-lr``
 SPACE = "default"
-SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper", "minilm")
+SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper", "minilm",
+          "reference")
 #: RAPTOR's space under each tuned ``--space``
 RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
                  "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE, "first-layer": FIRST_LAYER_RAPTOR_SPACE}
 
 
 def search_space(method: str) -> tuple[dict, ...]:
+    if SPACE == "reference":
+        return reference_space(method)
+    if method in REFERENCE_METHODS:
+        raise ConfigError(f"--methods {method}: a reference-grid method runs only under --space reference")
     if SPACE == "paper":
         return paper_space(method)[:CONFIGS]
     if SPACE == "minilm":
@@ -205,6 +228,8 @@ def fixed_choice(group, fx: Fixed) -> dict | None:
 
 
 def check_matched_budget(methods: Sequence[str]) -> int:
+    if SPACE == "reference":  # one fixed configuration per method: the reference's settings, no tuning
+        return 1
     sizes = {m: len(search_space(m)) for m in methods if m != "nonprivate"}
     if len(set(sizes.values())) > 1:
         raise ConfigError(f"unmatched tuning budget: configurations per DP method {sizes}")
@@ -446,7 +471,7 @@ def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
 def _layers(spec: str) -> str | tuple[int, ...]:
     """A cell's ``layers`` hparam: ``"auto"`` or comma-separated MoE layer indices (a string, so that
     the cell stays hashable)."""
-    return spec if spec in ("auto", "last") else tuple(int(v) for v in str(spec).split(","))
+    return spec if spec in ("auto", "last", "all") else tuple(int(v) for v in str(spec).split(","))
 
 
 def train_cell(cell: Cell, fx: Fixed, *, eval_split: str | None = None) -> tuple[dict, object]:
