@@ -38,6 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "training": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "shipped"},
     "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
     "analysis": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    # adapters for users' own loops and Hugging Face's Trainer, over training's plan, engine and ledger
+    "integrations": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
     # the thin CLI (DESIGN.md section 2): it reaches the engine (per_sample, moe, mechanisms, roles) only
     # through training, so that every run goes through one library function
     "cli": {"training", "data", "accounting", "audit", "pretrain"},

@@ -8,6 +8,8 @@ environment variable. Sub-packages are imported on demand, and so are the public
   :class:`raptor.PerformanceConfig`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
 * :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class);
 * :func:`raptor.upcycle` (a dense BERT checkpoint, or ``"minilm"``, into a ``bert_moe`` MoE checkpoint).
+* :class:`raptor.PrivacyEngine` (:mod:`raptor.integrations`): your own training loop, privately
+  (and :class:`raptor.integrations.hf.PrivateTrainer` for a Hugging Face ``Trainer``).
 """
 
 from raptor._lazy import lazy_exports
@@ -27,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "reference_recipe": "raptor.training.config",
     "load_model": "raptor.moe.models",
     "upcycle": "raptor.pretrain.upcycle_checkpoint",
+    "PrivacyEngine": "raptor.integrations.engine",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -27,6 +27,7 @@ from raptor.training.setup.trainable import (
     LORA_POLICIES,
     apply_lora,
     freeze_head,
+    freeze_routers_and_untrained_experts,
     head_param_names,
     set_trainable,
 )
@@ -76,7 +77,7 @@ def split_head_params(model: nn.Module, config: TrainConfig, spec: MethodSpec) -
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
                   public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
-                  comm: Communicator | None = None) -> Trainer:
+                  comm: Communicator | None = None, loss_fn=None, keep_trainable: bool = False) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private.
@@ -90,7 +91,10 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     evaluation, LM head frozen under dp-lora, optionally frozen shared experts). ``comm`` (default:
     one process) is a torchrun job's communicator (:mod:`raptor.training.run.distributed`): the public
     routing and the public stage are computed on rank 0 and broadcast, the initial weights are
-    rank 0's, and the dev evaluation is sharded.
+    rank 0's, and the dev evaluation is sharded. ``loss_fn``: a per-record loss ``(logits, labels) ->
+    [B]`` for the engine instead of the task's or the objective's (:mod:`raptor.integrations`).
+    ``keep_trainable``: the model's own ``requires_grad`` (e.g. a PEFT model the user built) instead
+    of the method's trainable set; routers and the experts of untrained layers are still frozen.
     """
     comm = comm if comm is not None else SingleProcess()
     if config.batch_size is None:
@@ -104,7 +108,9 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     layers = adapter.moe_layers(model)
     owners = comm.on_main(lambda: public_routing(model, public, config))  # rank 0's, on every rank
     trained, choice = choose_trained_layers(layers, owners, config, spec)
-    if spec.trainable == "lora" or (config.lora and spec.trainable in LORA_POLICIES):
+    if keep_trainable:
+        freeze_routers_and_untrained_experts(model, layers, trained)
+    elif spec.trainable == "lora" or (config.lora and spec.trainable in LORA_POLICIES):
         from raptor.mechanisms import GeneratorSpec
 
         model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2),
@@ -116,7 +122,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     if config.freeze_head:
         freeze_head(model)
     comm.broadcast_module_(model)  # every replica starts from rank 0's weights (random inits included)
-    engine = make_engine(model, spec, trained, None if objective is None else objective.loss_fn,
+    engine = make_engine(model, spec, trained, loss_fn if loss_fn is not None else
+                         None if objective is None else objective.loss_fn,
                          head_params=split_head_params(model, config, spec))
     stage = comm.on_main(lambda: public_stage(engine, layers, public, config, spec, owners=owners, choice=choice,
                                               trained_layers=trained))
@@ -137,7 +144,7 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
 
 def assemble_run(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
                  public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
-                 comm: Communicator | None = None, start=None) -> Trainer:
+                 comm: Communicator | None = None, start=None, loss_fn=None, keep_trainable: bool = False) -> Trainer:
     """The one assembly of a run: ``config``'s batch size resolved against the ``train`` records (a
     public count; None: N/10, :func:`~raptor.training.config.resolve_batch_size`), the trainer built
     (:func:`build_trainer`, whose arguments these are) and, given a
@@ -145,7 +152,8 @@ def assemble_run(config: TrainConfig, model: nn.Module, *, train: Records, valid
     checkpoint (:func:`~raptor.training.run.start.continue_run`)."""
     config = resolve_batch_size(config, int(train["labels"].shape[0]))
     trainer = build_trainer(config, model, train=train, validation=validation, public=public, spec=spec,
-                            evaluator=evaluator, objective=objective, comm=comm)
+                            evaluator=evaluator, objective=objective, comm=comm, loss_fn=loss_fn,
+                            keep_trainable=keep_trainable)
     if start is not None:
         from raptor.training.run.start import continue_run
 

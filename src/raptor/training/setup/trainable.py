@@ -85,6 +85,20 @@ def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: s
         p.requires_grad_(on and name not in shared_expert_names)
 
 
+
+def freeze_routers_and_untrained_experts(model: nn.Module, layers: Sequence[MoELayerInfo],
+                                         trained_layers: Sequence[int]) -> None:
+    """Keep the model's own trainable set (a PEFT model as its user built it), except what no method
+    trains: the routers, the family's frozen prefixes and the experts of MoE layers outside
+    ``trained_layers``."""
+    router_names = set().union(*(_module_param_names(model, info.router) for info in layers))
+    untrained = set().union(*(_module_param_names(model, info.experts) for info in layers
+                              if info.index not in set(trained_layers)))
+    frozen = _frozen(model)
+    for name, p in model.named_parameters():
+        if name in router_names or name in untrained or any(_under(name, f) for f in frozen):
+            p.requires_grad_(False)
+
 def _head_params(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """(name in the base model, parameter) of the output head; a PEFT wrapper is looked through."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
