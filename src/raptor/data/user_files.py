@@ -145,6 +145,21 @@ def refuse_ambiguous_labels(table: Table, raw: Sequence[str], column: str) -> No
             "is a typo, or pass --task-type regression (scores) or --task-type classification (class names)")
 
 
+def warn_mixed_labels(table: Table, raw: Sequence[str], column: str) -> None:
+    """One :class:`DataWarning` naming the first word label and its line when the label column mixes
+    numbers and words (``maybe`` among 0/1): each word is a class of its own, usually a typo."""
+    numeric = [_as_number(v) is not None for v in raw]
+    if not any(numeric) or all(numeric):
+        return
+    i = numeric.index(False)
+    words = sorted({v for v, n in zip(raw, numeric) if not n})
+    warnings.warn(DataWarning(
+        f"{table.name}: line {table.records[i].line}: label {raw[i]!r} in column {column!r} is a word among "
+        f"{sum(numeric)} numeric labels; {len(words)} word label(s) ({', '.join(repr(w) for w in words[:5])}"
+        f"{', ...' if len(words) > 5 else ''}) are taken as classes of their own: fix them if they are typos"),
+        stacklevel=3)
+
+
 def _scores(table: Table, raw: list[str], column: str) -> tuple[float, ...]:
     return tuple(parse_score(v, where=f"{table.name}: line {r.line}", column=column)
                  for r, v in zip(table.records, raw))
@@ -258,6 +273,8 @@ def load_user_files(
     if task_type == "regression":
         return _regression_splits(train_table, texts, pairs, raw, columns, label_column, validation_file, metrics)
     raw = [canonical_label(v) for v in raw]
+    if spec is None and label_names is None:
+        warn_mixed_labels(train_table, raw, label_column)
     names, mapping, allowed = _label_set(spec, label_names, raw, train_file, label_column)
     train = ClassificationData(
         tuple(texts), _ids(train_table, raw, mapping, label_column, allowed), names,

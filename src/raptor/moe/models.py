@@ -151,8 +151,9 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
                generator: torch.Generator | None = None, **kwargs) -> nn.Module:
     """Load a classification model from a local ``save_pretrained`` directory or a hub name.
 
-    The class is chosen from ``config.model_type``; ``num_labels`` resizes the head when the
-    checkpoint has none of that size. ``name_or_path`` may also be the short name of a model shipped
+    The class is chosen from ``config.model_type``; ``num_labels`` sizes the head to the task (any
+    number of classes; 1: a regression head, ``problem_type="regression"``): a checkpoint's head of
+    that size is loaded, one of another size is dropped and drawn anew like a missing one. ``name_or_path`` may also be the short name of a model shipped
     with raptor (:mod:`raptor.shipped`). Weights load as float32 unless ``dtype`` is given
     (the shipped models are stored in float16). Raises :class:`UnsupportedModelError` for unknown
     families.
@@ -180,18 +181,25 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
         config_file = path / "config.json"
         if not config_file.is_file():
             raise ConfigError(f"{path} is not a model directory: it has no config.json")
-        model_type = json.loads(config_file.read_text()).get("model_type")
+        saved = json.loads(config_file.read_text())
     else:
-        model_type = transformers.AutoConfig.from_pretrained(str(name_or_path)).model_type
+        saved = transformers.AutoConfig.from_pretrained(str(name_or_path)).to_dict()
+    model_type = saved.get("model_type")
     cls = classification_class(model_type)
     if num_labels is not None:
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ConfigError(f"num_labels must be an integer >= 1 (1: a regression head), got {num_labels!r}")
         kwargs["num_labels"] = num_labels
-        if num_labels == 1:
-            kwargs["problem_type"] = "regression"
+        # the task decides the head: a checkpoint's head of another size (minilm-moe's 2-way one for a
+        # 3-class or a regression task) is dropped and redrawn from ``generator`` like a missing one
+        kwargs["problem_type"] = "regression" if num_labels == 1 else None
+        kwargs.setdefault("ignore_mismatched_sizes", True)
     kwargs.pop("output_loading_info", None)
-    architectures = _checkpoint_architectures(path if path.exists() else None, name_or_path)
+    architectures = list(saved.get("architectures") or ())  # the class it was saved from; empty if unknown
     new_head = bool(architectures) and cls.__name__ not in architectures  # e.g. a masked-LM checkpoint
-    quiet = without_load_report() if new_head else contextlib.nullcontext()
+    saved_labels = checkpoint_num_labels(saved)
+    resized = not new_head and num_labels is not None and saved_labels != num_labels
+    quiet = without_load_report() if new_head or resized else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), quiet:
         model, info = cls.from_pretrained(str(name_or_path), output_loading_info=True, **kwargs)
     missing = _missing_parameter_names(info)
@@ -199,21 +207,27 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
         init_missing_(model, missing, generator if generator is not None else torch.Generator().manual_seed(0))
     if new_head:
         _announce_once(new_head_line(given, architectures[0], cls.__name__, missing, info.get("unexpected_keys") or ()))
+    elif resized and missing:
+        _announce_once(f"raptor: {given}'s head has {saved_labels} output(s) and the task needs {num_labels}: "
+                       f"it is drawn anew ({', '.join(sorted(missing))})")
     model.eval()
     return model
 
 
+def checkpoint_num_labels(config: dict) -> int:
+    """The head size a saved config declares (``id2label``'s length; 1 for ``problem_type`` regression;
+    else ``num_labels``, else 2: the transformers default)."""
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    if config.get("problem_type") == "regression":
+        return 1
+    value = config.get("num_labels")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 2
+
+
 #: the logger transformers writes its state-dict load report to (UNEXPECTED / MISSING keys)
 HF_LOAD_REPORT_LOGGER = "transformers.modeling_utils"
-
-
-def _checkpoint_architectures(path: Path | None, name) -> list[str]:
-    """The checkpoint's ``config.architectures`` (the class it was saved from; empty if unknown)."""
-    if path is not None:
-        found = json.loads((path / "config.json").read_text()).get("architectures")
-    else:
-        found = transformers.AutoConfig.from_pretrained(str(name)).architectures
-    return list(found or ())
 
 
 def _is_load_report(record: logging.LogRecord) -> bool:
