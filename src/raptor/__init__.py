@@ -8,8 +8,7 @@ environment variable. Sub-packages are imported on demand, and so are the public
   :class:`raptor.PerformanceConfig`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
 * :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class);
 * :func:`raptor.upcycle` (a dense BERT checkpoint, or ``"minilm"``, into a ``bert_moe`` MoE checkpoint).
-* :class:`raptor.PrivacyEngine` (:mod:`raptor.integrations`): your own training loop, privately
-  (and :class:`raptor.integrations.hf.PrivateTrainer` for a Hugging Face ``Trainer``).
+* :class:`raptor.PrivacyEngine` (:mod:`raptor.integrations`): your own training loop, privately.
 """
 
 from raptor._lazy import lazy_exports
@@ -25,8 +24,8 @@ _EXPORTS: dict[str, str] = {
     "OptimConfig": "raptor.training.config",
     "PerformanceConfig": "raptor.training.config",
     "Schedule": "raptor.training.config",
-    "tiny_recipe": "raptor.training.config",
-    "reference_recipe": "raptor.training.config",
+    "tiny_recipe": "raptor.recipes",
+    "reference_recipe": "raptor.recipes",
     "load_model": "raptor.moe.models",
     "upcycle": "raptor.pretrain.upcycle_checkpoint",
     "PrivacyEngine": "raptor.integrations.engine",

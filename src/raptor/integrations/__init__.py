@@ -1,15 +1,12 @@
 """raptor.integrations: private training where users already train, over raptor's one engine.
 
 * :class:`PrivacyEngine` (:mod:`raptor.integrations.engine`): the user's own PyTorch loop, shaped
-  the way Opacus users expect (``make_private`` returns a model, an optimizer and a Poisson loader);
-* :class:`PrivateTrainer` and :class:`PrivacyArguments` (:mod:`raptor.integrations.hf`): a Hugging
-  Face ``Trainer`` subclass.
+  the way Opacus users expect (``make_private`` returns a model, an optimizer and a Poisson loader).
 
-Both are thin adapters: the plan (:class:`raptor.training.step.plan.StepPlan`), the per-record
+A Hugging Face ``Trainer`` adapter is not written yet. The engine is a thin adapter: the plan (:class:`raptor.training.step.plan.StepPlan`), the per-record
 engine, the release (:func:`raptor.training.step.release.release_gradients`), the ledger and the
 checkpoints are those of :class:`raptor.training.step.trainer.Trainer`, built by
-:func:`raptor.training.run.assemble.build_trainer` (:mod:`raptor.integrations.run`). docs/INTEGRATIONS.md
-describes each path and what it refuses.
+:func:`raptor.training.run.assemble.build_trainer` (:mod:`raptor.integrations.run`).
 """
 
 from raptor._lazy import lazy_exports
@@ -20,8 +17,6 @@ _EXPORTS: dict[str, str] = {
     "PrivateOptimizer": "raptor.integrations.engine",
     "PrivateLoss": "raptor.integrations.engine",
     "PoissonLoader": "raptor.integrations.loader",
-    "PrivateTrainer": "raptor.integrations.hf",
-    "PrivacyArguments": "raptor.integrations.hf",
 }
 
 __all__ = list(_EXPORTS)
