@@ -84,7 +84,7 @@ def test_the_readme_stays_short_and_points_to_the_moved_results():
 
 
 def test_the_cli_table_names_every_method_and_the_paper_recipe():
-    from raptor.training.config import RECIPES
+    from raptor.recipes import RECIPES
     from raptor.training.methods import METHOD_SPECS
 
     row = next(line for line in README.splitlines() if line.startswith("| `raptor train` |"))

@@ -1,4 +1,14 @@
-"""Recipes: functions that return a typed :class:`~raptor.training.config.TrainConfig`.
+"""Recipes: functions that return a typed :class:`~raptor.training.config.TrainConfig` (the one
+source of every named set of settings; ``raptor train --recipe NAME``, ``raptor demo`` and the
+experiment grids call them, and a flag or field given explicitly replaces what they set).
+
+* :func:`default_recipe`: the library's defaults, with the learning rate of the model's kind
+  (:func:`raptor.training.config.default_lr`: a tiny model or a pre-trained one);
+* :func:`reference_recipe` (``--recipe paper``): the reference's protocol;
+* :func:`tiny_recipe`: a seconds-long seeded CPU run, for tests;
+* :func:`demo_recipe` (``raptor demo --model NAME``): the demo's settings per model, a
+  :class:`DemoRecipe` (the config and the demo's public-data and head settings);
+* :func:`reference_grid_recipe`: the reference's grid, method by method.
 
 The reference's grid (:func:`reference_grid_recipe`): each method of the reference code at the
 batch size, learning rate, epochs and trainable set its grid script gives it (``../shared/METHOD.md``,
@@ -29,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from raptor.errors import ConfigError
-from raptor.training.config import OptimConfig, PrivacyConfig, TrainConfig
+from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig, default_lr
 
 
 @dataclass(frozen=True)
@@ -75,3 +85,100 @@ def reference_grid_recipe(reference_method: str, *, epsilon: float | None = 8.0,
                                             shared_ratio=0.3),
                       optim=OptimConfig(name="adamw", lr=setting.lr, weight_decay=0.01))
     return replace(cfg, **overrides) if overrides else cfg
+
+
+def default_recipe(method: str = "raptor", model: str | None = None, **overrides) -> TrainConfig:
+    """The library's defaults for ``method`` (epsilon 8, secure randomness, AdamW), with the learning
+    rate of ``model``'s kind (:func:`~raptor.training.config.default_lr`; ``None``: a pre-trained
+    model's) and the optimizer's weight decay (:func:`~raptor.training.config.default_weight_decay`)."""
+    cfg = TrainConfig(method=method, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
+                      optim=OptimConfig(lr=default_lr(model)))
+    return replace(cfg, **overrides) if overrides else cfg
+
+
+def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
+    """The reference's protocol (``--recipe paper``; METHOD.md and docs/METHOD.md's table): the
+    label-word head FROZEN, LoRA r 8 (alpha 16) on attention and on the experts of the trained
+    layer (every method built from roles; dp-lora as always), the LAST sparse layer, B 1024,
+    AdamW lr 2e-4 (0.9, 0.999, wd 0.01), 3 epochs, C_s = C_e = 1, epsilon 8, shared ratio 0.3,
+    max length 128. ``dpsgd`` is then the reference's matched baseline (same parameters, one clip,
+    one sigma, same Poisson schedule) and ``dpsgd-full`` its naive one. Head initialisation is the
+    caller's (``--head-init label-words``); a frozen random head is allowed but rarely useful."""
+    cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128, layers="last",
+                      lora=method not in ("dp-lora", "last-layer"), freeze_head=True,
+                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
+                                            clip_expert=1.0, shared_ratio=0.3),
+                      optim=OptimConfig(name="adamw", lr=2e-4))
+    return replace(cfg, **overrides) if overrides else cfg
+
+
+def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
+    """A seconds-long CPU run for tests: seeded (NOT secure), B 8, 3 steps, micro-batch 4."""
+    cfg = TrainConfig(method=method, steps=3, batch_size=8, seed=0, max_length=16, layers="auto",
+                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, secure_rng=False),
+                      performance=PerformanceConfig(micro_batch_size=4, eval_batch_size=16),
+                      optim=OptimConfig(lr=1e-3))
+    return replace(cfg, **overrides) if overrides else cfg
+
+
+#: named recipes (``raptor train --recipe NAME``): functions of the method returning a TrainConfig
+RECIPES = {"paper": reference_recipe}
+
+
+@dataclass(frozen=True)
+class DemoRecipe:
+    """``raptor demo``'s settings for one model: the config of each run, and how the demo declares
+    its public data and sets the head (flags of ``raptor demo``, not fields of the config)."""
+
+    config: TrainConfig
+    public: str          # "model": the model's own public_corpus.txt | "sample": a slice of the bundled sample
+    public_size: int     # records of the sample's public split (public "sample")
+    head_init: str       # "label-words" | "public-fit" (fitted on the declared-public records)
+    evaluations: int     # dev evaluations per run, evenly spaced
+
+
+def _demo_config(method: str, *, optimizer: str, lr: float, lr_expert: float, clip_expert: float, lora: bool,
+                 freeze_head: bool, layers: str) -> TrainConfig:
+    """What both demo recipes share: epsilon 1, one epoch, B 256, 40 tokens, shared ratio 0.9, C_s 1,
+    micro-batch 64, dev batches of 256; the expert stream's own lr for raptor only."""
+    return TrainConfig(method=method, epochs=1.0, batch_size=256, max_length=40, lora=lora, freeze_head=freeze_head,
+                       layers=layers, output_dir=f"runs/demo/{method}",
+                       privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 1.0, clip_shared=1.0,
+                                             clip_expert=clip_expert, shared_ratio=0.9),
+                       performance=PerformanceConfig(micro_batch_size=64, eval_batch_size=256),
+                       optim=OptimConfig(name=optimizer, lr=lr, lr_expert=lr_expert if method == "raptor" else None,
+                                         momentum=0.0))
+
+
+def switch_demo_recipe(method: str = "raptor") -> DemoRecipe:
+    """``switch-public-tiny`` (the shipped warm start), chosen on this machine at epsilon 1 (README
+    "Demo"): plain SGD beat AdamW under DP here (dpsgd after one epoch: AdamW lr 3e-3 0.519; SGD lr
+    0.5 / 2 / 4: 0.550 / 0.628 / 0.622; majority class 0.509), one epoch keeps both runs within the
+    time budget, and 40 tokens cover 90% of the sample's records. RAPTOR's shared ratio 0.9 gives its
+    shared stream about DP-SGD's noise; its expert stream steps at lr / 8 (the public denominator
+    n_hat_e = B pi_e, pi_e about 1/8, makes an expert's step about 8x what a division by B gives; 3
+    seeds, 8,000 records, epsilon 1: 0.637 +- 0.005 against 0.601 +- 0.021 with lr_expert = lr). The
+    public data is the model's own corpus; the head starts from the label words."""
+    return DemoRecipe(_demo_config(method, optimizer="sgd", lr=2.0, lr_expert=0.25, clip_expert=1.0, lora=False,
+                                   freeze_head=False, layers="auto"),
+                      public="model", public_size=400, head_init="label-words", evaluations=6)
+
+
+def minilm_demo_recipe(method: str = "raptor") -> DemoRecipe:
+    """``minilm-moe`` (the real pretrained all-MiniLM-L6-v2, upcycled): the paper protocol of
+    docs/RESULTS.md's minilm-moe table (LoRA r 8 on attention and on the last MoE layer's experts, the
+    head frozen after a fit on the sample's declared-public split of 500 records), AdamW lr 5e-3 (the
+    table's selection at epsilon 1 and 8), C at about the public median norms (shared 1.0, owner
+    expert 0.2; docs/RESULTS.md), shared ratio 0.9."""
+    return DemoRecipe(_demo_config(method, optimizer="adamw", lr=5e-3, lr_expert=5e-3, clip_expert=0.2, lora=True,
+                                   freeze_head=True, layers="last"),
+                      public="sample", public_size=500, head_init="public-fit", evaluations=3)
+
+
+#: ``raptor demo --model NAME`` -> its recipe; any other model takes the shipped warm start's
+DEMO_RECIPES = {"switch-public-tiny": switch_demo_recipe, "minilm-moe": minilm_demo_recipe}
+
+
+def demo_recipe(model: str, method: str = "raptor") -> DemoRecipe:
+    """The demo's recipe of ``model`` (:data:`DEMO_RECIPES`; the shipped warm start's for any other)."""
+    return DEMO_RECIPES.get(model, switch_demo_recipe)(method)

@@ -13,6 +13,7 @@ import torch
 from raptor.cli import demo
 from raptor.cli.main import main
 from raptor.data import load_bundled_sst2
+from raptor.recipes import demo_recipe
 from raptor.shipped import public_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def test_expert_lr_reaches_raptor_only():
     from raptor.cli.main import build_parser
 
     args = demo.fill_recipe(build_parser().parse_args(["demo", "--model", SWITCH]))
-    assert args.lr_expert == demo.RECIPES[SWITCH]["lr_expert"] == args.lr / 8
+    assert args.lr_expert == demo_recipe(SWITCH).config.optim.lr_expert == args.lr / 8
     assert demo.train_config(args, "raptor", 10).optim.lr_expert == args.lr_expert
     assert demo.train_config(args, "dpsgd", 10).optim.lr_expert is None  # one stream: --lr
 

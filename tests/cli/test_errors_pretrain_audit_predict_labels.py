@@ -450,7 +450,7 @@ def test_a_final_accuracy_below_the_majority_class_is_warned(capsys):
     import torch
 
     from raptor.moe.models import build_model
-    from raptor.training.config import tiny_recipe
+    from raptor.recipes import tiny_recipe
     from raptor.training.run.assemble import build_trainer
 
     g = torch.Generator().manual_seed(0)

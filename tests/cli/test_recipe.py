@@ -9,7 +9,8 @@ import json
 
 from raptor.cli.main import main
 from raptor.cli.recipe import _FIELDS, apply_recipe
-from raptor.training.config import RECIPES, TrainConfig
+from raptor.recipes import RECIPES
+from raptor.training.config import TrainConfig
 
 
 def _parser():

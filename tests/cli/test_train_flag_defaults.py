@@ -31,8 +31,8 @@ def test_a_lora_rank_that_is_not_an_integer_is_refused(capsys):
 
 
 def test_default_lr_by_model_kind():
-    from raptor.cli.train import PRETRAINED_LR, TINY_LR, default_lr
     from raptor.shipped import available
+    from raptor.training.config import PRETRAINED_LR, TINY_LR, default_lr
 
     assert default_lr("switch_transformers") == TINY_LR
     assert available() and all(default_lr(name) == TINY_LR for name in available())  # the shipped warm start is tiny

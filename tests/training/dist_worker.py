@@ -27,7 +27,8 @@ import torch
 from tiny_records import records  # this directory is on sys.path: the worker runs as a script
 
 from raptor.moe.models import TinySize, build_model
-from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, tiny_recipe
+from raptor.recipes import tiny_recipe
+from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig
 from raptor.training.methods import METHOD_SPECS
 from raptor.training.run.assemble import build_trainer
 from raptor.training.run.distributed import DistConfig, init_communicator

@@ -8,14 +8,13 @@ import math
 import pytest
 
 from raptor.errors import ConfigError
+from raptor.recipes import reference_recipe, tiny_recipe
 from raptor.training.config import (
     OptimConfig,
     PerformanceConfig,
     PrivacyConfig,
     Schedule,
     TrainConfig,
-    reference_recipe,
-    tiny_recipe,
 )
 
 

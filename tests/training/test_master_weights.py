@@ -7,8 +7,9 @@ import pytest
 import torch
 from toy_engine import ListLedger, ToyEngine, ToyMoE, toy_records
 
+from raptor.recipes import tiny_recipe
 from raptor.roles.public_stats import group_denominators
-from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
+from raptor.training.config import OptimConfig, PrivacyConfig
 from raptor.training.step.master_weights import MasterWeightOptimizer, master_copies, with_master_weights
 from raptor.training.step.noise_plans import FixedPlan
 from raptor.training.step.plan import build_step_plan

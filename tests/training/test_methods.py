@@ -20,7 +20,8 @@ import torch
 from tiny_records import DATA
 
 from raptor.moe.models import TinySize, build_model
-from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
+from raptor.recipes import tiny_recipe
+from raptor.training.config import OptimConfig, PrivacyConfig
 from raptor.training.methods import METHOD_SPECS
 from raptor.training.run.assemble import build_trainer
 

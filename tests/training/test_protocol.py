@@ -14,7 +14,8 @@ from tiny_records import DATA
 from raptor.errors import ConfigError
 from raptor.moe.models import TinySize, build_model
 from raptor.per_sample.reference import reference_compute
-from raptor.training.config import RECIPES, PrivacyConfig, TrainConfig, reference_recipe, tiny_recipe
+from raptor.recipes import RECIPES, reference_recipe, tiny_recipe
+from raptor.training.config import PrivacyConfig, TrainConfig
 from raptor.training.run.assemble import build_trainer
 from raptor.training.setup.trainable import head_param_names
 

@@ -12,9 +12,10 @@ import math
 import pytest
 
 from raptor.errors import ConfigError
+from raptor.recipes import tiny_recipe
 from raptor.roles.groups import GroupKey, ParamSlice
 from raptor.roles.public_stats import group_denominators
-from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
+from raptor.training.config import PrivacyConfig, Schedule
 from raptor.training.methods import METHOD_SPECS
 from raptor.training.step.noise_plans import FixedPlan, make_noise_plan
 from raptor.training.step.plan import accounted_sigma, build_step_plan

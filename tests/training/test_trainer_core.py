@@ -11,8 +11,9 @@ from toy_engine import E, ListLedger, ToyEngine, ToyMoE, toy_records
 
 from raptor.errors import BudgetExceededError
 from raptor.mechanisms import seeded_generator
+from raptor.recipes import tiny_recipe
 from raptor.roles.public_stats import group_denominators
-from raptor.training.config import PrivacyConfig, Schedule, tiny_recipe
+from raptor.training.config import PrivacyConfig, Schedule
 from raptor.training.step.noise_plans import FixedPlan
 from raptor.training.step.plan import build_step_plan
 from raptor.training.step.release import release_gradients

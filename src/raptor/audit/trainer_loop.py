@@ -132,9 +132,10 @@ def _setup(cfg: TrainerLoopAuditConfig) -> _Loop:
     from raptor.accounting.rules import split_noise_multiplier
     from raptor.audit.mechanism import _records, _take, _tiny_model
     from raptor.per_sample.engine import PerRecordEngine
+    from raptor.recipes import tiny_recipe
     from raptor.roles import public_stats as ps
     from raptor.roles.public_stats import group_denominators
-    from raptor.training.config import OptimConfig, PrivacyConfig, tiny_recipe
+    from raptor.training.config import OptimConfig, PrivacyConfig
     from raptor.training.step.noise_plans import FixedPlan
     from raptor.training.step.plan import build_step_plan
 

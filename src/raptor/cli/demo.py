@@ -4,7 +4,7 @@ The main job (``make demo``). Steps:
 
 1. load the SST-2 sample shipped inside the package (8,000 train / 872 dev records); every train
    record is PRIVATE unless declared public in step 2;
-2. declare the public corpus, by the recipe of ``--model`` (:data:`RECIPES`) unless ``--public``
+2. declare the public corpus, by the recipe of ``--model`` (:func:`raptor.recipes.demo_recipe`) unless ``--public``
    says otherwise: for ``minilm-moe`` (the default: the real pretrained all-MiniLM-L6-v2, upcycled
    into an MoE on first use) the bundled sample's documented public split (``--public-size``
    records chosen by position, removed from the private set); for ``switch-public-tiny`` the
@@ -39,55 +39,55 @@ DEFAULT_MODEL = "minilm-moe"
 PUBLIC_SOURCES = ("model", "sample")
 HEAD_INITS = ("label-words", "public-fit")
 
-#: the demo's settings per model (every one is a flag; a flag given on the command line wins).
-#: ``switch-public-tiny`` (the shipped warm start), chosen on this machine at epsilon 1 (README "Demo"):
-#: plain SGD beat AdamW under DP here (dpsgd after one epoch: AdamW lr 3e-3 0.519 on a 1,800-step
-#: checkpoint; SGD lr 0.5 / 2 / 4: 0.550 / 0.628 / 0.622; majority class 0.509), one epoch keeps both
-#: runs within the time budget, and 40 tokens cover 90% of the sample's records. RAPTOR's shared ratio
-#: 0.9 gives its shared stream about DP-SGD's noise; its expert stream steps at lr / 8 (the public
-#: denominator n_hat_e = B pi_e, pi_e about 1/8, makes an expert's step about 8x what a division by B
-#: gives; 3 seeds, 8,000 records, epsilon 1: 0.637 +- 0.005 against 0.601 +- 0.021 with lr_expert = lr).
-#: ``minilm-moe`` (the real pretrained all-MiniLM-L6-v2, upcycled): the paper protocol of
-#: docs/RESULTS.md's minilm-moe table (LoRA r 8 on attention and on the last MoE layer's experts, the head frozen after a fit on
-#: the sample's declared-public split), AdamW lr 5e-3 (the table's selection at epsilon 1 and 8), C at
-#: about the public median norms (shared 1.0, owner expert 0.2; docs/RESULTS.md), shared ratio 0.9.
-RECIPES: dict[str, dict] = {
-    "switch-public-tiny": dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="sgd", lr=2.0, lr_expert=0.25,
-                               momentum=0.0, clip=1.0, clip_expert=1.0, shared_ratio=0.9, max_length=40,
-                               public="model", public_size=400, head_init="label-words", lora=False,
-                               freeze_head=False, layers="auto", micro_batch_size=64, evaluations=6),
-    "minilm-moe": dict(epsilon=1.0, epochs=1.0, batch_size=256, optimizer="adamw", lr=5e-3, lr_expert=5e-3,
-                       momentum=0.0, clip=1.0, clip_expert=0.2, shared_ratio=0.9, max_length=40, public="sample",
-                       public_size=500, head_init="public-fit", lora=True, freeze_head=True, layers="last",
-                       micro_batch_size=64, evaluations=3),
+#: demo flag -> the field of the recipe's config it sets (:func:`raptor.recipes.demo_recipe`); the
+#: flags ``--public``, ``--public-size``, ``--head-init`` and ``--evaluations`` set the recipe's own fields
+CONFIG_FLAGS: dict[str, str] = {
+    "epsilon": "privacy.epsilon", "delta": "privacy.delta", "epochs": "epochs", "batch_size": "batch_size",
+    "optimizer": "optim.name", "lr": "optim.lr", "lr_expert": "optim.lr_expert", "momentum": "optim.momentum",
+    "clip": "privacy.clip_shared", "clip_expert": "privacy.clip_expert", "shared_ratio": "privacy.shared_ratio",
+    "max_length": "max_length", "micro_batch_size": "performance.micro_batch_size",
 }
-#: the recipe of any other --model: the shipped warm start's
-DEFAULTS = RECIPES["switch-public-tiny"]
+#: the recipe's config fields that ``results.json`` records among the settings (no flag sets them)
+RECIPE_FIELDS: dict[str, str] = {"lora": "lora", "freeze_head": "freeze_head", "layers": "layers"}
+RECIPE_OWN = ("public", "public_size", "head_init", "evaluations")
 
 
-def recipe_of(model: str) -> dict:
-    return RECIPES.get(model, DEFAULTS)
+def _field(obj, path: str):
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def recipe_values(model: str) -> dict:
+    """The value of every demo setting in ``model``'s recipe (the raptor run's config: the expert
+    stream's lr is raptor's own)."""
+    from raptor.recipes import demo_recipe
+
+    recipe = demo_recipe(model, "raptor")
+    values = {flag: _field(recipe.config, path) for flag, path in {**CONFIG_FLAGS, **RECIPE_FIELDS}.items()}
+    return dict(values, **{name: getattr(recipe, name) for name in RECIPE_OWN})
 
 
 def fill_recipe(args: argparse.Namespace) -> argparse.Namespace:
-    """Every flag left at None takes the value of ``--model``'s recipe (:data:`RECIPES`)."""
-    for key, value in recipe_of(args.model).items():
+    """Every flag left at None takes the value of ``--model``'s recipe (:func:`raptor.recipes.demo_recipe`)."""
+    for key, value in recipe_values(args.model).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     return args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from raptor.recipes import DEMO_RECIPES
     from raptor.training.config import METHODS, OPTIMIZERS
 
-    d = recipe_of(DEFAULT_MODEL)
+    d = recipe_values(DEFAULT_MODEL)
 
     def dflt(key: str) -> str:
         return f"default {d[key]:g}" if isinstance(d[key], float) else f"default {d[key]}"
 
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help=f"a shipped or built model name or a save_pretrained directory (default {DEFAULT_MODEL}); "
-                             f"the other defaults below are its recipe ({', '.join(RECIPES)} have their own)")
+                             f"the other defaults below are its recipe ({', '.join(DEMO_RECIPES)} have their own)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=["raptor", "dpsgd"],
                         help="methods to compare (default raptor dpsgd)")
     parser.add_argument("--epsilon", type=float, default=None, help=f"epsilon budget per run ({dflt('epsilon')})")
@@ -174,21 +174,20 @@ def declare_public(args: argparse.Namespace, train):
 
 
 def train_config(args: argparse.Namespace, method: str, steps_hint: int):
-    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
+    """``method``'s run: its recipe (:func:`raptor.recipes.demo_recipe`) with the flags' values (the
+    expert stream's lr for raptor only, no epsilon for nonprivate), the seed, the output directory and
+    ``--evaluations`` evenly spaced evaluations; weight decay by the optimizer's rule."""
+    from raptor.recipes import demo_recipe
+    from raptor.training.config import replace_fields
 
     nonprivate = method == "nonprivate"
-    return TrainConfig(
-        method=method, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-        output_dir=str(Path(args.output_dir) / method), max_length=args.max_length,
-        eval_every=max(1, math.ceil(steps_hint / args.evaluations)),
-        privacy=PrivacyConfig(epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
-                              clip_expert=args.clip_expert, shared_ratio=args.shared_ratio,
-                              secure_rng=args.seed is None),
-        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, eval_batch_size=256),
-        optim=OptimConfig(name=args.optimizer, lr=args.lr, lr_expert=args.lr_expert if method == "raptor" else None,
-                          momentum=args.momentum, weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
-        lora=args.lora, freeze_head=args.freeze_head, layers=args.layers,
-    )
+    changes = {path: getattr(args, flag) for flag, path in CONFIG_FLAGS.items()}
+    changes.update({"privacy.epsilon": None if nonprivate else args.epsilon,
+                    "optim.lr_expert": args.lr_expert if method == "raptor" else None,
+                    "seed": args.seed, "privacy.secure_rng": args.seed is None,
+                    "output_dir": str(Path(args.output_dir) / method),
+                    "eval_every": max(1, math.ceil(steps_hint / args.evaluations))})
+    return replace_fields(demo_recipe(args.model, method).config, changes)
 
 
 def run_method(args: argparse.Namespace, method: str, private, public, dev, public_source=None) -> dict:

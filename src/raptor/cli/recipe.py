@@ -2,7 +2,7 @@
 
 The flags a recipe sets default to None in the parser, so that "given" and "left to its default"
 differ; :func:`apply_recipe` fills each None from the recipe (or from the library's default when
-no recipe is given). The recipe itself is :data:`raptor.training.config.RECIPES` (one source): the
+no recipe is given). The recipe itself is :data:`raptor.recipes.RECIPES` (one source): the
 CLI only reads its fields.
 """
 
@@ -12,7 +12,8 @@ import argparse
 
 from raptor.cli.sections import section
 from raptor.errors import ConfigError
-from raptor.training.config import RECIPES, TrainConfig
+from raptor.recipes import RECIPES
+from raptor.training.config import TrainConfig
 
 #: flag dest -> how to read its value from a TrainConfig: the flags whose parser default is None.
 #: The recipe's other fields (epochs 3, C_s = C_e = 1, AdamW, max length 128) are the parser's

@@ -54,29 +54,18 @@ from raptor.training.config import (
     DTYPES,
     METHODS,
     OPTIMIZERS,
+    PRETRAINED_LR,
+    TINY_LR,
     OptimConfig,
     PerformanceConfig,
     PrivacyConfig,
     Schedule,
     TrainConfig,
+    default_lr,
 )
 from raptor.training.names import METRICS
 
 _TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
-
-#: default learning rates: a tiny model (a random-init family, or the shipped
-#: warm start, 2.9 M parameters) needs a larger step than a large pre-trained one. For the shipped
-#: model the grid's matched tuning (experiments/results/sst2_switch.json, AdamW lr 5e-4 vs 2e-3,
-#: selected on a public split) chose 2e-3 in 15 of its 16 DP groups and 3e-3 non-privately.
-TINY_LR: float = 3e-3
-PRETRAINED_LR: float = 2e-4
-
-
-def default_lr(model: str) -> float:
-    from raptor.data.model_source import FAMILY_NAMES, shipped_models
-
-    return TINY_LR if model in FAMILY_NAMES or model in shipped_models() else PRETRAINED_LR
-
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, data and public-corpus flags shared by ``raptor train`` and ``raptor inspect``."""
@@ -300,8 +289,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
                                       memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else default_lr(args.model),
-                          lr_expert=args.lr_expert,
-                          weight_decay=0.01 if args.optimizer == "adamw" else 0.0),
+                          lr_expert=args.lr_expert),
     )
     return config
 

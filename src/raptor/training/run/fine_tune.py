@@ -31,7 +31,7 @@ from raptor.data import ClassificationData
 from raptor.data.labels import label_map_line
 from raptor.data.public_source import PublicSource
 from raptor.errors import BudgetExceededError, ConfigError
-from raptor.training.config import TrainConfig
+from raptor.training.config import TrainConfig, resolve_optim
 from raptor.training.run.assemble import assemble_run
 from raptor.training.run.jobs import classification_job, generative_job, is_generative
 from raptor.training.run.options import RunOptions, check_arguments
@@ -123,6 +123,7 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     config = config if config is not None else TrainConfig()
     options = options if options is not None else RunOptions()
     checked = check_arguments(model, tokenizer, train, validation, config, options, public=public)
+    config = resolve_optim(config)  # weight decay left to None: the optimizer's default
     if public_source is None and public is not None and options.public_size is not None:
         raise ConfigError("give either public= records or public_size=, not both")
     if public_source is not None and public is None:

@@ -72,8 +72,8 @@ def _jsonish(obj):
 def make_optimizer(params: list[nn.Parameter], config, lr: float) -> torch.optim.Optimizer:
     """AdamW (betas, eps, weight decay from ``config``) or SGD (momentum, weight decay)."""
     if config.name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
-    return torch.optim.SGD(params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        return torch.optim.AdamW(params, lr=lr, betas=config.betas, eps=config.eps, weight_decay=config.effective_weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=config.momentum, weight_decay=config.effective_weight_decay)
 
 
 @dataclass
