@@ -32,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +53,17 @@ class TaskRun:
     max_length: int
     eval_every: int
     max_train_samples: int | None = None
+    #: a task derived from a GLUE one (``stsb3``): the CSV files it is written to, not ``--task``
+    derived_from: str | None = None
 
-    def flags(self) -> list[str]:
-        out = ["--task", self.task, "--batch-size", str(self.batch_size), "--epochs", f"{self.epochs:g}",
+    def flags(self, data_dir: str | None = None, work: Path | None = None) -> list[str]:
+        if self.derived_from is None:
+            head = ["--task", self.task]
+        else:
+            train, dev = DERIVED[self.task](Path(data_dir), Path(work))
+            head = ["--train-file", str(train), "--validation-file", str(dev),
+                    "--text-column", "sentence1", "sentence2", "--label-column", "label"]
+        out = [*head, "--batch-size", str(self.batch_size), "--epochs", f"{self.epochs:g}",
                "--max-length", str(self.max_length), "--eval-every", str(self.eval_every)]
         if self.max_train_samples is not None:
             out += ["--max-train-samples", str(self.max_train_samples)]
@@ -67,12 +76,41 @@ TASKS: dict[str, TaskRun] = {t.task: t for t in (
     TaskRun("rte", batch_size=128, epochs=5, max_length=128, eval_every=23),
     TaskRun("stsb", batch_size=128, epochs=8, max_length=64, eval_every=86),
     TaskRun("wnli", batch_size=64, epochs=10, max_length=128, eval_every=24),
+    TaskRun("stsb3", batch_size=128, epochs=8, max_length=64, eval_every=86, derived_from="stsb"),
 )}
 
 
-def command(task: TaskRun, method: str, data_dir: str, out_dir: Path) -> list[str]:
-    """The ``raptor train`` arguments of one run (after ``raptor train``)."""
-    return [*task.flags(), "--data-dir", data_dir, "--method", method, *COMMON, "--output-dir", str(out_dir)]
+def stsb3_files(data_dir: Path, work: Path) -> tuple[Path, Path]:
+    """A 3-class task from STS-B (GLUE has no 3-class task in ../shared): its similarity score binned
+    into ``low`` (< 2), ``mid`` (2 to < 3.5) and ``high`` (>= 3.5), as two CSV files in ``work``
+    (train from train.tsv, dev from dev.tsv; the same records, the labels binned)."""
+    import csv
+
+    work.mkdir(parents=True, exist_ok=True)
+    out = []
+    for split in ("train", "dev"):
+        target = work / f"stsb3_{split}.csv"
+        with (data_dir / "STS-B" / f"{split}.tsv").open(newline="", encoding="utf-8") as fh, \
+                target.open("w", newline="", encoding="utf-8") as dst:
+            rows = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+            w = csv.writer(dst)
+            w.writerow(["sentence1", "sentence2", "label"])
+            for r in rows:
+                score = float(r["score"])
+                w.writerow([r["sentence1"], r["sentence2"], "low" if score < 2 else "mid" if score < 3.5 else "high"])
+        out.append(target)
+    return out[0], out[1]
+
+
+DERIVED = {"stsb3": stsb3_files}
+
+
+def command(task: TaskRun, method: str, data_dir: str, out_dir: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The ``raptor train`` arguments of one run (after ``raptor train``); ``extra`` comes last, so
+    its flags win over ``COMMON``'s (argparse keeps the last value)."""
+    source = [] if task.derived_from is not None else ["--data-dir", data_dir]
+    return [*task.flags(data_dir, out_dir.parent), *source, "--method", method, *COMMON, *extra,
+            "--output-dir", str(out_dir)]
 
 
 def shown_command(argv: list[str]) -> str:
@@ -146,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(HERE / "results" / "glue_tasks"),
                    help="summary path without suffix: writes OUT.json and OUT.md")
     p.add_argument("--force", action="store_true", help="rerun even where results.json exists")
+    p.add_argument("--train-flags", default="",
+                   help="more raptor train flags for every run, after the common ones (they win), e.g. "
+                        "'--model minilm-moe --lora --lr 5e-3'")
     args = p.parse_args(argv)
+    extra = shlex.split(args.train_flags)
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
 
@@ -154,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.tasks:
         for method in args.methods:
             out_dir = Path(args.runs_dir) / f"{name}_{method}"
-            run_argv = command(TASKS[name], method, args.data_dir, out_dir)
+            run_argv = command(TASKS[name], method, args.data_dir, out_dir, extra)
             result = out_dir / "results.json"
             meta_file = out_dir / "run_meta.json"
             if result.exists() and not args.force:
@@ -170,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"common_flags": list(COMMON), "tasks": {t: vars(TASKS[t]) for t in args.tasks},
+    settings = {"common_flags": list(COMMON), "train_flags": extra, "tasks": {t: vars(TASKS[t]) for t in args.tasks},
                 "threads": args.threads, "data_dir": args.data_dir}
     out.with_suffix(".json").write_text(json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                      "settings": settings, "runs": rows}, indent=1) + "\n")
