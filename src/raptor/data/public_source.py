@@ -114,10 +114,17 @@ def resolve_public_source(*, public_file: str | None = None, public_size: float 
         return PublicSource("training-data")
     if not needs:
         return PublicSource("none")
+    from raptor.shipped import SHIPPED, shadowed
+
+    if model is not None and shadowed(model) is not None:
+        kind = "shipped" if model in SHIPPED else "built"
+        real = (f"--model {model} is the local directory ./{model} here, which ships none and shadows the {kind} "
+                f"model {model} (which ships one): rename ./{model} or run from another directory")
+    else:
+        real = "--model minilm-moe, the real pretrained model, ships one with its tokenizer"
     raise ConfigError(
         f"no public data declared, and this run needs it for {', '.join(needs)}. raptor never makes private "
         "records public by default. Give --public-file FILE (text you may use without privacy), a --model "
-        f"directory that ships a public corpus ({' or '.join(MODEL_PUBLIC_FILES)}; --model minilm-moe, the real "
-        "pretrained model, ships one with its tokenizer), or --public-size K to "
+        f"directory that ships a public corpus ({' or '.join(MODEL_PUBLIC_FILES)}; {real}), or --public-size K to "
         "designate K records (or a fraction < 1) of the training data as public (they lose DP protection)"
     )

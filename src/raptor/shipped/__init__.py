@@ -44,9 +44,45 @@ def available() -> tuple[str, ...]:
     return tuple(n for n in SHIPPED if (shipped_dir() / n / "config.json").is_file()) + built
 
 
+#: the names whose shadowing local directory was already reported in this process
+_SHADOW_REPORTED: set[str] = set()
+
+
+def shadowed(name) -> Path | None:
+    """The local path (relative to the working directory) that ``name`` resolves to when it is also a
+    shipped or built model's short name (a local path wins: :func:`resolve`), else None."""
+    if isinstance(name, str) and (name in SHIPPED or name in BUILT) and Path(name).exists():
+        return Path(name)
+    return None
+
+
+def shadow_message(name: str, flag: str | None = None) -> str:
+    """The one line saying that the local directory ``name`` shadows the known model of that name."""
+    kind = "shipped" if name in SHIPPED else "built"
+    given = f"{flag} {name}" if flag else repr(name)
+    return (f"{given}: the local directory ./{name} ({Path(name).resolve()}) is used, not the {kind} model {name}: a "
+            f"local path wins over a shipped or built name. To use the {kind} model, rename ./{name} or run from "
+            f"another directory; give ./{name} to mean the directory")
+
+
+def report_shadowing(name, flag: str | None = None) -> None:
+    """Warn once per process (:class:`raptor.errors.RaptorWarning`) when the local directory ``name``
+    shadows a shipped or built model's short name."""
+    if shadowed(name) is None or name in _SHADOW_REPORTED:
+        return
+    import warnings
+
+    from raptor.errors import RaptorWarning
+
+    _SHADOW_REPORTED.add(name)
+    warnings.warn(shadow_message(name, flag), RaptorWarning, stacklevel=3)
+
+
 def resolve(name_or_path):
     """The directory of a shipped (or built: :data:`BUILT`, built on first use) model when
-    ``name_or_path`` is one's short name, else the input unchanged."""
+    ``name_or_path`` is one's short name, else the input unchanged. A local path of the same name
+    wins over the short name (one warning says so: :func:`report_shadowing`)."""
+    report_shadowing(name_or_path)
     if isinstance(name_or_path, str) and name_or_path in SHIPPED and not Path(name_or_path).exists():
         return shipped_dir() / name_or_path
     if isinstance(name_or_path, str) and name_or_path in BUILT and not Path(name_or_path).exists():

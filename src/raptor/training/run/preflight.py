@@ -106,6 +106,13 @@ def check_model_name(name: str, families, shipped=()) -> None:
     if name in families or (name in shipped and not path.exists()):
         return
     if path.exists():
+        if name in shipped:
+            from raptor.shipped import report_shadowing, shadow_message
+
+            if not (path / "config.json").is_file():
+                raise ConfigError(f"{shadow_message(name, '--model')}; that directory is not a model directory "
+                                  "(no config.json)")
+            report_shadowing(name, "--model")
         if not (path / "config.json").is_file():
             raise ConfigError(f"--model {name}: not a model directory (no config.json); give a save_pretrained "
                               f"directory, a family ({', '.join(families)}) or a hub name")
