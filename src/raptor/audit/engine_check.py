@@ -142,7 +142,7 @@ def _sum_floor(sums: Sequence[torch.Tensor]) -> float:
 def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers: Sequence[int], grouping: str,
             tolerance: float = 1e-4, family: str = "", lora: bool = False,
             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-            oracle: nn.Module | None = None) -> CheckReport:
+            oracle: nn.Module | None = None, engine: PerRecordEngine | None = None) -> CheckReport:
     """Engine vs reference on one batch, with clipping active on some records of each group.
 
     ``oracle``: a float64 copy of a low-precision ``model`` with the same weights. Per-record norms,
@@ -153,13 +153,17 @@ def compare(model: nn.Module, batch: dict[str, torch.Tensor], *, trained_layers:
 
     ``loss_fn``: the per-record loss both sides differentiate (default: the model's task's,
     cross-entropy, or squared error for a one-output regression head; the generative objective
-    passes :func:`raptor.training.generate.answer_loss_per_record`).
+    passes :func:`raptor.training.generate.answer_loss_per_record`). ``engine``: the engine of a
+    run to check (its own loss function; :meth:`raptor.PrivacyEngine.check`) instead of a new one.
     """
     from raptor.per_sample.task_losses import loss_fn_for, task_type_of
 
     head = task_type_of(model)
+    if engine is not None:
+        loss_fn = engine.loss_fn
     loss_fn = loss_fn or loss_fn_for(head)
-    engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping, loss_fn=loss_fn)
+    if engine is None:
+        engine = PerRecordEngine(model, trained_layers=trained_layers, grouping=grouping, loss_fn=loss_fn)
     probe = engine.compute(batch, {k: float("inf") for k in engine.group_keys})
     clip = clip_norms_between(probe)
     got = engine.compute(batch, clip)

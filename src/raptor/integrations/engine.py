@@ -94,6 +94,7 @@ class PrivacyEngine:
         self.public = public
         self.checkpoint_dir = checkpoint_dir
         self._run = None
+        self._public_batch: dict = {}
 
     # ------------------------------------------------------------------ setup
     def make_private(self, *, model: nn.Module, optimizer: torch.optim.Optimizer, data_loader,
@@ -108,28 +109,39 @@ class PrivacyEngine:
         for a PEFT model, whose adapters its user chose; else the method's trainable set).
         """
         from raptor.integrations.loader import PoissonLoader
+
+        dataset = getattr(data_loader, "dataset", data_loader)
+        collate_fn = getattr(data_loader, "collate_fn", None)
+        run = self.attach(model=model, dataset=dataset, collate_fn=collate_fn, loss_fn=loss_fn,
+                          keep_trainable=keep_trainable)
+        opt = PrivateOptimizer(optimizer, run)
+        run.use_optimizer(optimizer)
+        return PrivateModel(run.model, run), opt, PoissonLoader(run, dataset, collate_fn)
+
+    def attach(self, *, model: nn.Module, dataset, collate_fn=None, loss_fn=None,
+               keep_trainable: bool | None = None):
+        """The run of this engine (:class:`raptor.integrations.run.PrivateRun`) over ``model`` and the
+        private ``dataset``: the setup half of :meth:`make_private`, which the ``Trainer`` adapter
+        (:mod:`raptor.integrations.hf_trainer`) shares; it owns the loop and the optimizer itself."""
         from raptor.integrations.losses import check_per_record
         from raptor.integrations.run import PrivateRun, build_private_trainer
 
         if self._run is not None:
             raise ConfigError("make_private was already called on this PrivacyEngine; make one engine per run")
-        dataset = getattr(data_loader, "dataset", data_loader)
-        collate_fn = getattr(data_loader, "collate_fn", None)
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise ConfigError("data_loader must be a DataLoader over a map-style dataset (len and indexing): Poisson "
                               "sampling draws each record independently")
         if keep_trainable is None:
             keep_trainable = hasattr(model, "peft_config")
-        public = self._public_tensors(dataset, collate_fn)
+        if keep_trainable:
+            check_user_trainable(model, self.config.method)
+        public = self._public_batch = self._public_tensors(dataset, collate_fn)
         trainer = build_private_trainer(self.config, model, num_records=len(dataset), public=public,
                                         loss_fn=loss_fn, keep_trainable=keep_trainable)
         if loss_fn is not None:
             check_per_record(trainer.model, loss_fn, public, trainer.device)
-        run = PrivateRun(trainer, checkpoint_dir=self.checkpoint_dir)
-        opt = PrivateOptimizer(optimizer, run)
-        run.use_optimizer(optimizer)
-        self._run = run
-        return PrivateModel(trainer.model, run), opt, PoissonLoader(run, dataset, collate_fn)
+        self._run = PrivateRun(trainer, checkpoint_dir=self.checkpoint_dir)
+        return self._run
 
     def _public_tensors(self, dataset, collate_fn) -> Mapping[str, torch.Tensor]:
         public = self.public
@@ -194,6 +206,25 @@ class PrivacyEngine:
         """Records whose gradient was non-finite and zeroed: a diagnostic over private records, NOT DP."""
         return self._need_run().nonfinite_records
 
+    def check(self, batch: Mapping[str, torch.Tensor] | None = None, *, records: int = 5,
+              tolerance: float = 1e-4):
+        """The run's own per-record engine against the one-record oracle
+        (:func:`raptor.audit.engine_check.compare`, ``raptor check``'s comparison) on ``batch`` (default:
+        the first ``records`` public records): a :class:`~raptor.audit.engine_check.CheckReport` whose
+        ``passed`` says whether the engine's norms, clipped sums and losses match one-at-a-time autograd."""
+        from raptor.audit.engine_check import compare
+
+        run = self._need_run()
+        tr = run._trainer
+        if batch is None:
+            batch = {k: v[:records] for k, v in self._public_batch.items() if isinstance(v, torch.Tensor)}
+        batch = {k: v.to(tr.device) for k, v in batch.items()}
+        grouping = getattr(tr.engine, "grouping", None)
+        if grouping is None:
+            raise ConfigError(f"method {run.config.method!r} has no per-record engine to check")
+        return compare(tr.model, batch, trained_layers=tr.engine.trained_layers, grouping=grouping,
+                       tolerance=tolerance, engine=tr.engine)
+
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str | Path) -> Path:
         """The run's checkpoint (weights, your optimizer, ledger, generators, step, plan), between updates."""
@@ -252,17 +283,7 @@ class PrivateOptimizer:
     def __init__(self, optimizer: torch.optim.Optimizer, run):
         self.optimizer = optimizer
         self._run = run
-        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        missing = [n for n, p in run.params.items() if id(p) not in held]
-        if missing:
-            raise ConfigError(f"the optimizer does not hold the trainable parameters {missing[:4]}"
-                              f"{' ...' if len(missing) > 4 else ''}; build it over model.parameters()")
-        low = [n for n, p in run.params.items() if p.dtype not in (torch.float32, torch.float64)]
-        if low:
-            raise ConfigError(f"trainable parameters {low[:4]} are {run.params[low[0]].dtype}: an outside optimizer "
-                              "would step them in low precision; use float32 (or raptor.fine_tune, which keeps float32 "
-                              "master weights)")
-        self._names = {id(p): n for n, p in run.params.items()}
+        self._names = check_optimizer(optimizer.param_groups, run)
 
     @property
     def param_groups(self):
@@ -283,24 +304,13 @@ class PrivateOptimizer:
         if closure is not None:
             raise ConfigError("optimizer.step(closure) re-evaluates the loss; a private update releases one batch's "
                               "clipped sums once: call step() without a closure")
-        self._refuse_foreign_gradients()
+        refuse_foreign_gradients(self.optimizer.param_groups)
         grads, streams = self._run.release()
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                name = self._names.get(id(p))
-                on = name is not None and self._run.stream_of(name) in streams
-                p.grad = grads[name].to(p.dtype) if on else None
+        write_released(self.optimizer.param_groups, self._names, self._run, grads, streams)
         self.optimizer.step()
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 p.grad = None
-
-    def _refuse_foreign_gradients(self) -> None:
-        stray = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if stray:
-            raise PrivacyError(f"{len(stray)} parameter(s) hold a gradient that did not come from the private release "
-                               "(a backward() of your own, or a missing zero_grad()); it would be applied without "
-                               "clipping or noise. Call optimizer.zero_grad() and compute no other gradient")
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -308,9 +318,69 @@ class PrivateOptimizer:
         return getattr(self.optimizer, name)
 
 
+def check_optimizer(param_groups, run) -> dict[int, str]:
+    """``{id(parameter): name}`` of the run's trainable parameters, after refusing an optimizer that
+    misses one of them or would step one in low precision."""
+    held = {id(p) for group in param_groups for p in group["params"]}
+    missing = [n for n, p in run.params.items() if id(p) not in held]
+    if missing:
+        raise ConfigError(f"the optimizer does not hold the trainable parameters {missing[:4]}"
+                          f"{' ...' if len(missing) > 4 else ''}; build it over model.parameters()")
+    low = [n for n, p in run.params.items() if p.dtype not in (torch.float32, torch.float64)]
+    if low:
+        raise ConfigError(f"trainable parameters {low[:4]} are {run.params[low[0]].dtype}: an outside optimizer "
+                          "would step them in low precision; use float32 (or raptor.fine_tune, which keeps float32 "
+                          "master weights)")
+    return {id(p): n for n, p in run.params.items()}
+
+
+def refuse_foreign_gradients(param_groups) -> None:
+    """Refuse a gradient that did not come from the release: it would be applied without clipping or noise."""
+    stray = [p for group in param_groups for p in group["params"] if p.grad is not None]
+    if stray:
+        raise PrivacyError(f"{len(stray)} parameter(s) hold a gradient that did not come from the private release "
+                           "(a backward() of your own, or a missing zero_grad()); it would be applied without "
+                           "clipping or noise. Call optimizer.zero_grad() and compute no other gradient")
+
+
+def write_released(param_groups, names: Mapping[int, str], run, grads: Mapping[str, torch.Tensor],
+                   streams: Sequence[str]) -> None:
+    """``.grad`` of every optimizer parameter: its released gradient when its stream steps, else None."""
+    for group in param_groups:
+        for p in group["params"]:
+            name = names.get(id(p))
+            on = name is not None and run.stream_of(name) in streams
+            p.grad = grads[name].to(p.dtype) if on else None
+
+
+def check_user_trainable(model: nn.Module, method: str) -> None:
+    """Refuse a trainable set of the user's own (a PEFT model) that the method cannot release
+    privately: LoRA dropout (torch's global RNG), or a method with an expert stream and no trainable
+    expert parameter (its noise plan accounts expert groups that nothing would release)."""
+    from raptor.moe.adapters import get_adapter
+    from raptor.training.methods import METHOD_SPECS
+
+    configs = getattr(model, "peft_config", None) or {}
+    drop = {k: getattr(c, "lora_dropout", 0.0) for k, c in configs.items() if getattr(c, "lora_dropout", 0.0)}
+    if drop:
+        raise ConfigError(f"LoraConfig(lora_dropout={next(iter(drop.values()))}) of adapter {next(iter(drop))!r}: "
+                          "dropout draws from torch's global RNG, which a private run never uses (raptor keeps the "
+                          "model in eval mode); build the adapter with lora_dropout=0.0")
+    spec = METHOD_SPECS.get(method)
+    if spec is None or "expert" not in spec.streams:
+        return
+    layers = get_adapter(model).moe_layers(model)
+    if not any(p.requires_grad for info in layers for p in info.experts.parameters()):
+        raise ConfigError(f"method {method!r} releases per-expert groups, but no expert parameter of the model is "
+                          "trainable (LoraConfig target_modules holds no expert layer; fused experts take no PEFT "
+                          "LoRA); add the experts' Linear layers to target_modules (bert_moe, switch_transformers: "
+                          "'wi', 'wo'), or use method='shared-only' or 'dpsgd' for an attention-only adapter")
+
+
 def per_record_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """An example per-record loss for a classifier: cross-entropy with ``reduction="none"``."""
     return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="none")
 
 
-__all__: Sequence[str] = ("PrivacyEngine", "PrivateLoss", "PrivateModel", "PrivateOptimizer", "per_record_cross_entropy")
+__all__: Sequence[str] = ("PrivacyEngine", "PrivateLoss", "PrivateModel", "PrivateOptimizer", "check_optimizer",
+                          "per_record_cross_entropy", "refuse_foreign_gradients", "write_released")
