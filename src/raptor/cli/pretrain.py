@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-dtype", choices=("float16", "float32"), default="float16",
                         help="storage dtype of the saved weights (loaded back as float32)")
     for name, (kind, default, help_text) in _FLAGS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
-                            help=f"{help_text} (default {default})")
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None if name == "top_k" else default,
+                            help=f"{help_text} (default {default})")  # --top-k: None tells "not given" apart
     parser.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda[:N]")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                         help="compute precision (bfloat16: autocast; weights and checkpoints stay float32)")
@@ -89,8 +89,20 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
         output_dir=args.output_dir, text=tuple(args.text), family=args.family, include=tuple(args.include),
         exclude=tuple(args.exclude), tokenizer=args.tokenizer, glue_dir=args.glue_dir,
         glue_tasks=tuple(args.glue_tasks), save_dtype=args.save_dtype, dtype=args.dtype, init_from=args.init_from,
-        **{name: getattr(args, name) for name in _FLAGS},
+        **{name: getattr(args, name) for name in _FLAGS if name != "top_k"},
+        top_k=_FLAGS["top_k"][1] if args.top_k is None else args.top_k,
     )
+
+
+def check_top_k(args: argparse.Namespace, config: PretrainConfig) -> None:
+    """An explicit ``--top-k`` is refused where the family routes top-1 (it has no top-k to set)."""
+    from raptor.moe.adapters import get_adapter
+
+    if args.top_k is not None and get_adapter(config.family).top1:
+        given = f"--init-from {args.init_from}'s family" if args.init_from else f"--family {config.family}"
+        raise ConfigError(f"--top-k {args.top_k}: {given} ({config.family}) routes every token to one expert (top-1) "
+                          "and has no top-k to set; leave --top-k out, or choose a top-k family (olmoe, mixtral, "
+                          "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3)")
 
 
 def _device(name: str) -> str:
@@ -120,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--output-dir is empty; give a directory path")
     check_output_dir(args.output_dir, overwrite=True, resume=True)  # a usable path first
     check_pretrain_args(args)  # bounds, --text, --tokenizer
+    config = config_from_args(args)  # the family (--init-from's), the sizes, --top-k: before any output is made
+    check_top_k(args, config)
     # before pre-training; locked, and never over a model or another run's files
     claim_output_dir(args.output_dir, command="raptor pretrain", resume=args.resume)
     if args.threads is not None:
@@ -128,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = _device(args.device)
     quiet_transformers(args)  # --no-progress: no "Loading weights" bar either (--init-from)
-    result = pretrain(config_from_args(args), resume=args.resume, progress=not args.no_progress, device=device)
+    result = pretrain(config, resume=args.resume, progress=not args.no_progress, device=device)
     r = result.report
     summary = {k: r[k] for k in ("steps", "held_out_loss", "held_out_top1", "train_seconds", "tokens_per_second",
                                  "parameters")}

@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--public-file", default=None,
                    help="PUBLIC text for the k-means routers: a .txt file (one text per line) or a "
                         ".tsv/.csv/.jsonl with a sentence/text column; 'shipped' = raptor's shipped public corpus")
-    p.add_argument("--top-k", type=int, default=2, help="decoders (Mixtral, Qwen2-MoE): experts per token (default 2)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="decoders (Mixtral, Qwen2-MoE): experts per token, at most --experts (default 2); a BERT "
+                        "upcycles top-1 and takes no --top-k")
     p.add_argument("--seed", type=int, default=0, help="seed of the k-means++ seeding and the new head (default 0)")
 
 

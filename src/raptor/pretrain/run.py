@@ -99,7 +99,10 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         if self.init_from is not None:
-            object.__setattr__(self, "family", _checkpoint_family(self.init_from))
+            family = _checkpoint_family(self.init_from)
+            if family not in FAMILIES:
+                raise ConfigError(_not_an_moe_checkpoint(self.init_from, family))
+            object.__setattr__(self, "family", family)
         if self.family not in FAMILIES:
             raise ConfigError(f"--family {self.family!r} is not supported; choose one of {', '.join(FAMILIES)}")
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_experts", "top_k",
@@ -109,6 +112,9 @@ class PretrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.init_from is None and not get_adapter(self.family).top1 and self.top_k > self.num_experts:
+            raise ConfigError(f"--top-k {self.top_k} exceeds --num-experts {self.num_experts}: a token cannot go to "
+                              f"more experts than a layer has; give --top-k {self.num_experts} or less")
         for name in ("lr", "mask_prob"):
             if not 0 < getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must lie in (0, 1), got {getattr(self, name)!r}")
@@ -154,6 +160,23 @@ def _checkpoint_family(name: str) -> str:
         raise ConfigError(f"--init-from {name}: not a model directory (no config.json); give a save_pretrained "
                           "directory or a shipped/built model name such as minilm-moe")
     return str(json.loads(config_file.read_text()).get("model_type"))
+
+
+def _not_an_moe_checkpoint(name: str, model_type: str) -> str:
+    """The refusal of ``--init-from`` a checkpoint whose ``model_type`` is no MoE family raptor pre-trains:
+    a dense BERT, Llama, Mistral or Qwen2 is upcycled first (``raptor upcycle``)."""
+    from raptor.pretrain.upcycle_decoder import UPCYCLE_TARGETS
+
+    if model_type == "bert" or model_type in UPCYCLE_TARGETS:
+        moe = "bert_moe" if model_type == "bert" else UPCYCLE_TARGETS[model_type]
+        out = f"{str(name).rstrip('/')}-moe"
+        return (f"--init-from {name}: a dense {model_type} checkpoint (model_type {model_type!r}, no experts); "
+                f"continued pre-training starts from an MoE checkpoint. Upcycle it into {moe} first: raptor upcycle "
+                f"{name} --output-dir {out} --router random (or --public-file FILE for k-means routers), then "
+                f"--init-from {out}")
+    return (f"--init-from {name}: model_type {model_type!r} is not an MoE family raptor pre-trains "
+            f"({', '.join(FAMILIES)}), and raptor upcycle takes only bert, {', '.join(sorted(UPCYCLE_TARGETS))}; give "
+            "a checkpoint of one of these")
 
 
 def make_tokenizer(config: PretrainConfig, train_paragraphs: list[str]):

@@ -34,9 +34,67 @@ def read_public_texts(path: Path, limit: int = 5000) -> list[str]:
     return [str(r[column]) for r in table.records if str(r[column]).strip()][:limit]
 
 
+#: the fewest public tokens per expert the k-means routers are fitted on (fewer give centroids of a
+#: handful of tokens each: routing by accident, not by what a token is)
+MIN_TOKENS_PER_EXPERT = 32
+#: ``--top-k`` of a decoder upcycling when none is given
+DEFAULT_TOP_K = 2
+
+
+def check_top_k(model_type, top_k: int | None, num_experts: int) -> int:
+    """The top-k of an upcycling into ``model_type``'s MoE: a BERT (``bert_moe``) is top-1 and takes
+    no ``--top-k``; a decoder's is at most ``--experts`` (default :data:`DEFAULT_TOP_K`)."""
+    from raptor.pretrain.upcycle_decoder import UPCYCLE_TARGETS
+
+    if model_type not in UPCYCLE_TARGETS:
+        if top_k is not None and top_k != 1:
+            raise ConfigError(f"--top-k {top_k}: a {model_type or 'bert'} checkpoint upcycles into bert_moe, which "
+                              "routes every token to one expert (top-1) and has no top-k to set; leave --top-k out "
+                              "(--top-k applies to Llama, Mistral and Qwen2 decoders)")
+        return 1
+    k = DEFAULT_TOP_K if top_k is None else top_k
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"--top-k must be an integer >= 1, got {k!r}")
+    if k > num_experts:
+        raise ConfigError(f"--top-k {k} exceeds --experts {num_experts}: a token cannot go to more experts than a "
+                          f"block has; give --top-k {num_experts} or less, or more --experts")
+    return k
+
+
+def count_public_tokens(batches, exclude_ids: Sequence[int]) -> int:
+    """The real tokens of the tokenized public batches (mask 1, not a special token): what k-means fits."""
+    excluded = torch.tensor(sorted(set(exclude_ids)), dtype=torch.long)
+    return sum(int((mask.bool() & ~torch.isin(ids, excluded)).sum()) for ids, mask in batches)
+
+
+def _lock(out: Path):
+    """(descriptor, lock path, whether the lock made the directory) of ``out``'s output lock
+    (``.raptor.lock``, as ``raptor train`` takes): one writer per directory; ConfigError if another
+    live process holds it. ``(None, None, False)`` without ``fcntl``."""
+    from raptor._flock import fcntl, lock_file, read_holder, write_holder
+
+    if fcntl is None:
+        return None, None, False
+    created = not out.exists()
+    lock = out / ".raptor.lock"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = lock_file(lock)
+    except OSError as err:
+        raise ConfigError(f"--output-dir {out}: cannot be used as an output directory ({err.strerror or err}); "
+                          "choose another --output-dir") from None
+    if fd is None:
+        info = read_holder(lock)
+        holder = f"pid {info['pid']} on {info.get('host', '?')}" if "pid" in info else "pid unknown"
+        raise ConfigError(f"--output-dir {out}: another raptor run ({holder}) is writing there now; wait for it to "
+                          "end, or choose another --output-dir")
+    write_holder(fd, command="raptor upcycle")
+    return fd, lock, created
+
+
 def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, layers: str | Sequence[int] = "all",
             router: str = "kmeans", public_texts: Sequence[str] | None = None, seed: int = 0,
-            max_length: int = 64, top_k: int = 2) -> dict:
+            max_length: int = 64, top_k: int | None = None) -> dict:
     """Upcycle the dense checkpoint ``dense`` (a ``save_pretrained`` directory with its tokenizer, or
     ``"minilm"``: the installed all-MiniLM-L6-v2, hash-checked) into an MoE checkpoint in
     ``output_dir`` (a new or empty directory): config, weights, tokenizer and ``upcycle.json`` (the
@@ -47,17 +105,46 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
     :mod:`raptor.pretrain.upcycle_decoder`).
 
     ``public_texts`` are PUBLIC texts (privacy rule 2: the caller declares them) for the k-means
-    routers; ``router="random"`` needs none. Random draws (k-means++ seeding, random routers, the
-    new head) come from a generator seeded with ``seed``.
+    routers, at least :data:`MIN_TOKENS_PER_EXPERT` real tokens per expert; ``router="random"``
+    needs none. Random draws (k-means++ seeding, random routers, the new head) come from a
+    generator seeded with ``seed``. ``top_k``: decoders only, at most ``num_experts`` (default 2).
+
+    The output directory is locked while it is written (``.raptor.lock``, as ``raptor train``
+    takes): a second upcycling into it at the same time is refused.
     """
+    spec = UpcycleSpec(num_experts=num_experts, layers=layers if isinstance(layers, str) else tuple(layers),
+                       router=router)
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output-dir {out} exists and is not empty: choose a new directory")
+    fd, lock, created = _lock(out)
+    try:
+        return _upcycle(dense, out, spec, public_texts=public_texts, seed=seed, max_length=max_length, top_k=top_k)
+    except BaseException:
+        if created and lock is not None:  # nothing of this run stays behind in a directory it made
+            import shutil
+
+            lock.unlink(missing_ok=True)
+            if not any(out.iterdir()):
+                out.rmdir()
+            elif not (out / "upcycle.json").is_file():
+                shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        if fd is not None:
+            from raptor._flock import unlock_and_remove
+
+            unlock_and_remove(lock, fd)
+
+
+def _upcycle(dense, out: Path, spec: UpcycleSpec, *, public_texts, seed: int, max_length: int,
+             top_k: int | None) -> dict:
     import json
 
     from transformers import AutoTokenizer
 
-    spec = UpcycleSpec(num_experts=num_experts, layers=layers if isinstance(layers, str) else tuple(layers),
-                       router=router)
-    out = Path(output_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    num_experts, router = spec.num_experts, spec.router
+    if any(p.name != ".raptor.lock" for p in out.iterdir()):
         raise ConfigError(f"--output-dir {out} exists and is not empty: choose a new directory")
     if dense == "minilm":
         from raptor.pretrain.minilm_source import dense_dir
@@ -65,7 +152,14 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
         src = dense_dir()
     else:
         src = Path(dense)
+    if (src / "config.json").is_file():  # --top-k against the family, before the weights are read
+        try:
+            model_type = json.loads((src / "config.json").read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+        top_k = check_top_k(model_type, top_k, num_experts)
     config, state = read_dense(src)
+    top_k = check_top_k(config.get("model_type"), top_k, num_experts)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(src))
     except (OSError, ValueError) as err:
@@ -78,6 +172,13 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
         for i in range(0, len(texts), 32):
             enc = tokenizer(texts[i:i + 32], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
             batches.append((enc["input_ids"], enc["attention_mask"]))
+    if router == "kmeans" and batches:
+        tokens = count_public_tokens(batches, tokenizer.all_special_ids)
+        if tokens < MIN_TOKENS_PER_EXPERT * num_experts:
+            raise ConfigError(f"--router kmeans: the public text gives {tokens} tokens (special tokens left out), "
+                              f"fewer than {MIN_TOKENS_PER_EXPERT} per expert for --experts {num_experts} "
+                              f"({MIN_TOKENS_PER_EXPERT * num_experts}); give more public text (--public-file), fewer "
+                              "--experts, or --router random")
     generator = torch.Generator().manual_seed(seed)
     from raptor.pretrain.upcycle_decoder import UPCYCLE_TARGETS, upcycle_decoder
 
@@ -88,7 +189,6 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
     else:
         model, report = upcycle_model(config, state, spec, public_batches=batches, generator=generator,
                                       source=str(src), exclude_ids=tokenizer.all_special_ids)
-    out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     report.update(seed=seed, public_texts=len(public_texts or ()))
