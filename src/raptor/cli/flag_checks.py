@@ -113,6 +113,41 @@ def check_tokenizer_name(name: str | None) -> None:
                           "--tokenizer out to use the model's)")
 
 
+def check_pretrained_tokenizer(model: str, tokenizer: str | None) -> None:
+    """``--tokenizer`` with a pretrained ``--model`` that has a tokenizer of its own: refused unless it
+    is that tokenizer (the same vocabulary). The model's embeddings mean its own tokenizer's ids;
+    another tokenizer's ids index the same rows and would train on noise."""
+    from raptor.data.model_source import FAMILY_NAMES
+
+    if tokenizer is None or model in FAMILY_NAMES:
+        return
+    from raptor.shipped import BUILT, SHIPPED, resolve
+
+    directory = Path(resolve(model)) if model in SHIPPED or model in BUILT else Path(model)
+    own = [n for n in ("tokenizer.json", "vocab.txt") if (directory / n).is_file()]
+    given = Path(resolve(tokenizer)) if tokenizer in SHIPPED or tokenizer in BUILT else Path(tokenizer).expanduser()
+    if not own or not given.exists():
+        return
+    if given.resolve() in (directory.resolve(), (directory / own[0]).resolve()):
+        return
+    from raptor.data import load_tokenizer
+
+    theirs, ours = load_tokenizer(str(given)), load_tokenizer(str(directory))
+    if theirs.get_vocab() != ours.get_vocab():
+        raise ConfigError(f"--tokenizer {tokenizer}: its vocabulary ({len(theirs)} tokens) is not the one --model {model} "
+                          f"was trained with ({len(ours)} tokens, in {directory}); a pretrained model's embeddings "
+                          "mean its own tokenizer's ids, so another tokenizer's ids would train on noise. Leave "
+                          "--tokenizer out (the model's own is used), or give a tiny --model family to train with it")
+
+
+def check_model_max_length(directory: str | Path, max_length: int | None, flag: str = "--max-length") -> None:
+    """``max_length`` fits the positions of the model in ``directory`` (its config.json)."""
+    positions = model_positions(str(directory))
+    if max_length is not None and positions is not None and max_length > positions:
+        raise ConfigError(f"{flag} {max_length} is above the model's {positions} positions "
+                          f"({Path(directory) / 'config.json'}); give {flag} {positions} or less")
+
+
 def _sha256(path: Path) -> str:
     from raptor._hashing import sha256_file
 
@@ -149,10 +184,22 @@ def check_resume_output(output_dir: Path, resume: str | None, overwrite: bool) -
 
 
 def check_tiny_sizes(args) -> None:
-    """The size flags of a tiny random-init family, named (not ``TinySize.hidden_size``)."""
-    from raptor.data.model_source import FAMILY_NAMES
+    """The size flags of a tiny random-init family, named (not ``TinySize.hidden_size``); with a
+    pretrained ``--model`` (whose sizes are its config's) a size flag other than its default is refused."""
+    from raptor.data.model_source import FAMILY_NAMES, ModelSource
 
     if args.model not in FAMILY_NAMES:
+        default = ModelSource()
+        given = [(flag, value) for flag, value, fallback in (
+            ("--hidden-size", args.hidden_size, default.hidden_size), ("--num-layers", args.num_layers, default.num_layers),
+            ("--num-experts", args.num_experts, default.num_experts), ("--vocab-size", args.vocab_size, default.vocab_size))
+            if value != fallback]
+        if given:
+            flags = ", ".join(f for f, _ in given)
+            raise ConfigError(f"{' '.join(f'{f} {v}' for f, v in given)}: {'these set' if len(given) > 1 else 'this sets'} "
+                              f"the size of a tiny random-init family, but --model {args.model} is a pretrained model "
+                              f"whose sizes are its own (its config.json) and would be ignored; leave {flags} out, or "
+                              f"give --model a family ({', '.join(FAMILY_NAMES)})")
         return
     for flag, value in (("--vocab-size", args.vocab_size), ("--hidden-size", args.hidden_size),
                         ("--num-layers", args.num_layers), ("--num-experts", args.num_experts)):
@@ -204,6 +251,7 @@ def check_train_args(args) -> None:
     check_tiny_sizes(args)
     check_max_length(args)
     check_tokenizer_name(args.tokenizer)
+    check_pretrained_tokenizer(args.model, args.tokenizer)
     if args.objective == "generate" and args.train_file:
         suffixes = [s.lower() for s in Path(args.train_file).suffixes if s.lower() != ".gz"]
         if not suffixes or suffixes[-1] not in (".jsonl", ".json"):

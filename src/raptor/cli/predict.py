@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--output {out}: must end in .csv or .jsonl")
     if out.is_dir():
         raise ConfigError(f"--output {out}: is a directory; give a file name")
-    from raptor.cli.flag_checks import check_model_dir, check_predict_output
+    from raptor.cli.flag_checks import check_model_dir, check_model_max_length, check_predict_output
     from raptor.data.user_files import read_texts
 
     check_predict_output(out, args.input, args.max_length)  # before anything is computed
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     directory = model_dir(args.model)
     check_model_dir(directory)
+    check_model_max_length(directory, args.max_length)  # not an IndexError in the position embedding
     lines, texts, pairs = read_texts(args.input, args.text_column)
 
     import torch

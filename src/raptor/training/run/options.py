@@ -144,7 +144,31 @@ def check_arguments(model, tokenizer, train, validation, config, options: RunOpt
                           "read the label as its input. Give the text column(s) only")
     _same_objective(train, validation, public)
     check_max_length(model, config.max_length)
+    warn_if_fine_tuned_before(model, config, options)
     return Checked(text_columns=columns, metrics=_names("metrics", metrics))
+
+
+#: the attribute a model object carries once a raptor run has started on it: the runs' output directories
+RUNS_ATTRIBUTE = "_raptor_fine_tune_runs"
+
+
+def warn_if_fine_tuned_before(model: nn.Module, config, options: RunOptions) -> None:
+    """One :class:`~raptor.errors.RaptorWarning` when ``model`` (this very object) went through an
+    earlier run in this process: this run starts from that run's weights, and its epsilon covers this
+    run's data alone, not the earlier run's. A ``resume`` restores its checkpoint's weights (no
+    warning). Then records this run on the object."""
+    runs = list(getattr(model, RUNS_ATTRIBUTE, ()))
+    if runs and options.resume is None:
+        import warnings
+
+        from raptor.errors import RaptorWarning
+
+        warnings.warn(f"model=: this model object was already fine-tuned in this process (output_dir {runs[-1]}); "
+                      "this run starts from that run's weights, and its epsilon does not cover the earlier run's "
+                      "data (the two runs' privacy losses add up). For an independent run, load the model again "
+                      "(raptor.load_model) or pass a copy made before the first run", RaptorWarning, stacklevel=4)
+    runs.append(str(config.output_dir))
+    object.__setattr__(model, RUNS_ATTRIBUTE, tuple(runs))
 
 
 def _names(arg: str, value) -> tuple[str, ...] | None:
