@@ -2,8 +2,10 @@
 
 * :class:`PrivacyEngine` (:mod:`raptor.integrations.engine`): the user's own PyTorch loop, shaped
   the way Opacus users expect (``make_private`` returns a model, an optimizer and a Poisson loader).
+* :class:`DPTrainer` with :class:`PrivacyArguments` (:mod:`raptor.integrations.hf_trainer`): a
+  Hugging Face ``Trainer`` script, privately, on a :class:`PrivacyEngine` underneath.
 
-A Hugging Face ``Trainer`` adapter is not written yet. The engine is a thin adapter: the plan (:class:`raptor.training.step.plan.StepPlan`), the per-record
+Both are thin adapters: the plan (:class:`raptor.training.step.plan.StepPlan`), the per-record
 engine, the release (:func:`raptor.training.step.release.release_gradients`), the ledger and the
 checkpoints are those of :class:`raptor.training.step.trainer.Trainer`, built by
 :func:`raptor.training.run.assemble.build_trainer` (:mod:`raptor.integrations.run`).
@@ -17,6 +19,8 @@ _EXPORTS: dict[str, str] = {
     "PrivateOptimizer": "raptor.integrations.engine",
     "PrivateLoss": "raptor.integrations.engine",
     "PoissonLoader": "raptor.integrations.loader",
+    "DPTrainer": "raptor.integrations.hf_trainer",
+    "PrivacyArguments": "raptor.integrations.hf_trainer",
 }
 
 __all__ = list(_EXPORTS)

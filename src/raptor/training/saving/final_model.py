@@ -24,7 +24,7 @@ from raptor.errors import CheckpointError
 LABELS = "raptor_labels.json"
 
 
-def _plain_model(model: nn.Module) -> nn.Module:
+def plain_model(model: nn.Module) -> nn.Module:
     """``model`` without adapters, for saving: PEFT LoRA and raptor's per-expert LoRA on fused
     experts (:func:`raptor.moe.expert_lora.merge_expert_lora`) merged into a copy; ``model`` itself
     is left as it is."""
@@ -53,7 +53,7 @@ def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names:
     tmp = path.with_name(path.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    final = _plain_model(model)
+    final = plain_model(model)
     if label_names is not None:
         final.config.id2label = {i: str(n) for i, n in enumerate(label_names)}
         final.config.label2id = {str(n): i for i, n in enumerate(label_names)}
@@ -64,14 +64,22 @@ def save_final_model(path: str | Path, model: nn.Module, tokenizer, label_names:
 
         save_release_checkpoint(final, tmp)
     tokenizer.save_pretrained(str(tmp))
-    meta = {"label_names": None if label_names is None else [str(n) for n in label_names], "max_length": max_length}
-    if label_names is None:
-        meta["objective"] = "generate"
-    (tmp / LABELS).write_text(json.dumps(meta, indent=2) + "\n")
+    write_label_map(tmp, label_names, max_length)
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
     return path
+
+
+def write_label_map(path: str | Path, label_names: Sequence[str] | None, max_length: int | None = None) -> Path:
+    """``path/raptor_labels.json``: the label names (None: a generative model, ``"objective":
+    "generate"``; []: a regression head) and ``max_length``, what ``raptor predict`` reads."""
+    meta = {"label_names": None if label_names is None else [str(n) for n in label_names], "max_length": max_length}
+    if label_names is None:
+        meta["objective"] = "generate"
+    file = Path(path) / LABELS
+    file.write_text(json.dumps(meta, indent=2) + "\n")
+    return file
 
 
 def read_max_length(path: str | Path) -> int | None:
