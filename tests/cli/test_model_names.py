@@ -81,3 +81,11 @@ def test_the_library_resolves_the_same_way_and_warns_once(cwd):
 def test_usage_documents_which_wins():
     text = (Path(__file__).resolve().parents[2] / "docs" / "USAGE.md").read_text()
     assert "a local path wins over a shipped or built model's short name" in text
+
+
+def test_a_local_file_of_the_name_is_refused_naming_it(cwd, capsys):
+    (cwd / "minilm-moe").write_text("not a model")
+    rc, _, err = run_cli(["train", "--model", "minilm-moe", "--train-file", "train.tsv", "--steps", "1",
+                          "--no-progress", "--output-dir", "out"], capsys)
+    one_error_line(rc, err, r"--model minilm-moe: the local file \./minilm-moe .* is used, not the built model "
+                            r"minilm-moe.*it is not a model directory \(no config.json\)")

@@ -139,3 +139,17 @@ def test_pretrain_top_k_above_the_experts_is_refused(text, tmp_path, capsys):
     rc, _, err = run_cli(["pretrain", "--text", text, "--output-dir", tmp_path / "out", *TINY, "--family", "olmoe",
                           "--top-k", "5"], capsys)
     one_error_line(rc, err, r"--top-k 5 exceeds --num-experts 4: a token cannot go to more experts than a layer has")
+
+
+def test_an_output_dir_that_is_a_file_is_named_as_one(tmp_path, capsys):
+    target = tmp_path / "afile"
+    target.write_text("x")
+    rc, _, err = run_cli(["upcycle", "minilm", "--output-dir", target, "--router", "random"], capsys)
+    one_error_line(rc, err, rf"--output-dir {target}: is an existing file; give a new directory path")
+
+
+@pytest.mark.parametrize("flags", [["--moe-layers", "9"], ["--experts", "1"], ["--moe-layers", "x"]])
+def test_a_refused_upcycling_leaves_no_directory(flags, tmp_path, capsys):
+    rc, _, err = run_cli(["upcycle", "minilm", "--output-dir", tmp_path / "moe", "--router", "random", *flags], capsys)
+    one_error_line(rc, err, r"--moe-layers|--experts")
+    assert not (tmp_path / "moe").exists()

@@ -116,7 +116,7 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
                        router=router)
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output-dir {out} exists and is not empty: choose a new directory")
+        raise ConfigError(f"--output-dir {out}: is an existing file; give a new directory path")
     fd, lock, created = _lock(out)
     try:
         return _upcycle(dense, out, spec, public_texts=public_texts, seed=seed, max_length=max_length, top_k=top_k)

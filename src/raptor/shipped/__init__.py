@@ -60,9 +60,10 @@ def shadow_message(name: str, flag: str | None = None) -> str:
     """The one line saying that the local directory ``name`` shadows the known model of that name."""
     kind = "shipped" if name in SHIPPED else "built"
     given = f"{flag} {name}" if flag else repr(name)
-    return (f"{given}: the local directory ./{name} ({Path(name).resolve()}) is used, not the {kind} model {name}: a "
+    local = "local directory" if Path(name).is_dir() else "local file"
+    return (f"{given}: the {local} ./{name} ({Path(name).resolve()}) is used, not the {kind} model {name}: a "
             f"local path wins over a shipped or built name. To use the {kind} model, rename ./{name} or run from "
-            f"another directory; give ./{name} to mean the directory")
+            f"another directory; give ./{name} to mean the local one")
 
 
 def report_shadowing(name, flag: str | None = None) -> None:

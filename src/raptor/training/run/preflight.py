@@ -110,7 +110,7 @@ def check_model_name(name: str, families, shipped=()) -> None:
             from raptor.shipped import report_shadowing, shadow_message
 
             if not (path / "config.json").is_file():
-                raise ConfigError(f"{shadow_message(name, '--model')}; that directory is not a model directory "
+                raise ConfigError(f"{shadow_message(name, '--model')}; it is not a model directory "
                                   "(no config.json)")
             report_shadowing(name, "--model")
         if not (path / "config.json").is_file():
