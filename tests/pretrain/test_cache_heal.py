@@ -246,3 +246,17 @@ def test_a_damaged_build_that_cannot_be_removed_is_refused_naming_it(cache, monk
     message = str(raised.value)
     assert f"its minilm-moe build {root / NAME} is damaged (model.safetensors is truncated" in message, message
     assert f"delete {root / NAME} and run again" in message and builds == []
+
+
+def test_a_file_in_raptor_caches_path_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("RAPTOR_CACHE", str(tmp_path / "afile" / "cache"))
+    rc, _, err = _train(tmp_path, capsys)
+    one_error_line(rc, err, rf"RAPTOR_CACHE {tmp_path / 'afile' / 'cache'} is not a directory \(a file is in its "
+                            r"path\), so minilm-moe cannot be built there; set RAPTOR_CACHE to a directory")
+
+
+def test_a_tilde_in_raptor_cache_means_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAPTOR_CACHE", "~/models")
+    assert minilm.cache_root() == tmp_path / "models"

@@ -48,8 +48,8 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The model cache: ``cache_dir`` when given, else ``$RAPTOR_CACHE`` when set (the CLI's way to
     move it), else ``~/.cache/raptor``."""
     if cache_dir is not None:
-        return Path(cache_dir)
-    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor")
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor").expanduser()
 
 
 def public_batches(tokenizer, texts: list[str], batch_size: int = 32, max_length: int = PUBLIC_MAX_LENGTH):
