@@ -89,3 +89,18 @@ def test_a_local_file_of_the_name_is_refused_naming_it(cwd, capsys):
                           "--no-progress", "--output-dir", "out"], capsys)
     one_error_line(rc, err, r"--model minilm-moe: the local file \./minilm-moe .* is used, not the built model "
                             r"minilm-moe.*it is not a model directory \(no config.json\)")
+
+
+@pytest.mark.parametrize("name, pattern", [
+    ("switch_transformers", r"switch_transformers is a tiny family with no weights to load; build it with "
+                            r"raptor\.moe\.models\.build_model"),
+    ("nope-model", r"'nope-model'\): no such directory, shipped or built model; shipped and built models: "),
+])
+def test_load_model_of_a_name_that_is_no_model_is_one_line(name, pattern, cwd, monkeypatch):
+    """Not the hub's OSError after its retries: a name without an owner/ is never a hub name here."""
+    import raptor
+    from raptor.errors import ConfigError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=pattern):
+        raptor.load_model(name, num_labels=2)

@@ -183,7 +183,18 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
             raise ConfigError(f"{path} is not a model directory: it has no config.json")
         saved = json.loads(config_file.read_text())
     else:
-        saved = transformers.AutoConfig.from_pretrained(str(name_or_path)).to_dict()
+        name = str(name_or_path)
+        if name in FAMILIES:
+            raise ConfigError(f"load_model({name!r}): {name} is a tiny family with no weights to load; build it with "
+                              f"raptor.moe.models.build_model({name!r}, ...), or load a shipped or built model by name "
+                              "(raptor.shipped.available())")
+        if name.startswith((".", "/", "~")) or "/" not in name:  # no hub name has that form
+            from raptor.shipped import available
+
+            raise ConfigError(f"load_model({name!r}): no such directory, shipped or built model; shipped and built "
+                              f"models: {', '.join(available()) or 'none'}; or give a save_pretrained directory or "
+                              "a hub name (owner/name)")
+        saved = transformers.AutoConfig.from_pretrained(name).to_dict()
     model_type = saved.get("model_type")
     cls = classification_class(model_type)
     if num_labels is not None:
