@@ -153,3 +153,18 @@ def test_a_refused_upcycling_leaves_no_directory(flags, tmp_path, capsys):
     rc, _, err = run_cli(["upcycle", "minilm", "--output-dir", tmp_path / "moe", "--router", "random", *flags], capsys)
     one_error_line(rc, err, r"--moe-layers|--experts")
     assert not (tmp_path / "moe").exists()
+
+
+@pytest.mark.parametrize("kw, pattern", [
+    (dict(seed=-1), r"--seed must be an integer in \[0, 2\*\*63\), got -1"),
+    (dict(max_length=0), r"max_length must be an integer >= 2"),
+    (dict(layers=()), r"--moe-layers is empty"),
+])
+def test_the_library_bounds_its_arguments(kw, pattern, tmp_path):
+    import raptor
+    from raptor.errors import ConfigError
+
+    args = {**dict(num_experts=2, layers=(5,), router="random"), **kw}
+    with pytest.raises(ConfigError, match=pattern):
+        raptor.upcycle("minilm", tmp_path / "moe", **args)
+    assert not (tmp_path / "moe").exists()

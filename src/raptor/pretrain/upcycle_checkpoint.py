@@ -112,6 +112,12 @@ def upcycle(dense: str | Path, output_dir: str | Path, *, num_experts: int = 4, 
     The output directory is locked while it is written (``.raptor.lock``, as ``raptor train``
     takes): a second upcycling into it at the same time is refused.
     """
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ConfigError(f"--seed must be an integer in [0, 2**63), got {seed!r}")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+        raise ConfigError(f"max_length must be an integer >= 2 (a special token and a real one), got {max_length!r}")
+    if not isinstance(layers, str) and not tuple(layers):
+        raise ConfigError("--moe-layers is empty: give all, every-other or block indices such as 0,2,5")
     spec = UpcycleSpec(num_experts=num_experts, layers=layers if isinstance(layers, str) else tuple(layers),
                        router=router)
     out = Path(output_dir)
