@@ -5,7 +5,7 @@ environment variable. Sub-packages are imported on demand, and so are the public
 
 * :func:`raptor.fine_tune` (:mod:`raptor.training.run.fine_tune`): DP fine-tuning of a loaded model;
 * :class:`raptor.TrainConfig`, :class:`raptor.PrivacyConfig`, :class:`raptor.OptimConfig`,
-  :class:`raptor.PerformanceConfig`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
+  :class:`raptor.PerformanceConfig`, :func:`raptor.default_recipe`, :func:`raptor.tiny_recipe`, :func:`raptor.reference_recipe`;
 * :func:`raptor.load_model` (a ``save_pretrained`` directory or hub name, the right head class);
 * :func:`raptor.upcycle` (a dense BERT checkpoint, or ``"minilm"``, into a ``bert_moe`` MoE checkpoint).
 * :class:`raptor.PrivacyEngine` (:mod:`raptor.integrations`): your own training loop, privately.
@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "PerformanceConfig": "raptor.training.config",
     "Schedule": "raptor.training.config",
     "tiny_recipe": "raptor.recipes",
+    "default_recipe": "raptor.recipes",
     "reference_recipe": "raptor.recipes",
     "load_model": "raptor.moe.models",
     "upcycle": "raptor.pretrain.upcycle_checkpoint",

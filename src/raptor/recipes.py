@@ -38,8 +38,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from raptor.data.model_source import DEFAULT_MODEL
 from raptor.errors import ConfigError
-from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig, default_lr
+from raptor.training.config import (
+    OptimConfig,
+    PerformanceConfig,
+    PrivacyConfig,
+    TrainConfig,
+    default_lr,
+    method_default_lora,
+)
 
 
 @dataclass(frozen=True)
@@ -87,12 +95,19 @@ def reference_grid_recipe(reference_method: str, *, epsilon: float | None = 8.0,
     return replace(cfg, **overrides) if overrides else cfg
 
 
-def default_recipe(method: str = "raptor", model: str | None = None, **overrides) -> TrainConfig:
-    """The library's defaults for ``method`` (epsilon 8, secure randomness, AdamW), with the learning
-    rate of ``model``'s kind (:func:`~raptor.training.config.default_lr`; ``None``: a pre-trained
-    model's) and the optimizer's weight decay (:func:`~raptor.training.config.default_weight_decay`)."""
-    cfg = TrainConfig(method=method, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
-                      optim=OptimConfig(lr=default_lr(model)))
+def default_recipe(method: str = "raptor", model: str | None = DEFAULT_MODEL, **overrides) -> TrainConfig:
+    """The library's defaults for ``method`` on ``model`` (epsilon 8, secure randomness, AdamW, the
+    public layer rule ``layers="auto"``, the head trained in the shared stream), with LoRA r 8 on a
+    pre-trained model (:func:`~raptor.training.config.method_default_lora`) and the learning rate
+    of the model's kind and of LoRA or full weights (:func:`~raptor.training.config.default_lr`:
+    5e-3 under LoRA, 2e-4 on full weights, 3e-3 for a tiny model). ``model=None``: a pre-trained
+    model passed in without a name, on full weights. Full fine-tuning of the default model is
+    ``default_recipe(method, lora=False)`` (its lr then follows: 2e-4)."""
+    lora = overrides.pop("lora", None)
+    lora = method_default_lora(model, method) if lora is None and model is not None else bool(lora)
+    lr = default_lr(model, lora=lora or method == "dp-lora")
+    cfg = TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
+                      optim=OptimConfig(lr=lr))
     return replace(cfg, **overrides) if overrides else cfg
 
 

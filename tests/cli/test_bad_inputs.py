@@ -238,7 +238,7 @@ def run_case(case: Case, d, finished_run, capsys):
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     argv = [a.replace("{d}", str(d)).replace("{run}", str(run)) for a in case.argv]
     if case.train:
-        argv = ["train", *TINY, "--output-dir", str(d / "out"), *argv]
+        argv = ["train", "--model", "switch_transformers", *TINY, "--output-dir", str(d / "out"), *argv]
     capsys.readouterr()
     try:
         rc = main(argv)
@@ -283,7 +283,7 @@ if __name__ == "__main__":  # print the table of docs/ERRORS.md from a real run 
         d0 = Path(base) / "run"
         d0.mkdir()
         (d0 / "train.tsv").write_text(GOOD_TSV)
-        main(["train", *TINY, "--train-file", str(d0 / "train.tsv"), "--public-size", "20", "--output-dir",
+        main(["train", "--model", "switch_transformers", *TINY, "--train-file", str(d0 / "train.tsv"), "--public-size", "20", "--output-dir",
               str(d0 / "out")])
         rows = []
         for i, case in enumerate(CASES):

@@ -162,7 +162,7 @@ CASES = [
     Case("--hidden-size 6 names the flag", _user("--hidden-size", "6"), r"^raptor train: error: --hidden-size 6", F),
     Case("--num-experts 0 names the flag", _user("--num-experts", "0"), r"^raptor train: error: --num-experts", F),
     # ---- the other commands
-    *[Case(f"inspect {' '.join(extra)}", ["inspect", "--train-file", "{d}/train.tsv", "--public-size", "20",
+    *[Case(f"inspect {' '.join(extra)}", ["inspect", "--model", "switch_transformers", "--train-file", "{d}/train.tsv", "--public-size", "20",
                                           "--vocab-size", "60", "--hidden-size", "16", *extra], expect, F, train=False)
       for extra, expect in [(["--batch-size", "0"], r"--batch-size must be an integer >= 1"),
                             (["--noise-multiplier", "-1"], r"--noise-multiplier must be a positive"),
@@ -171,7 +171,7 @@ CASES = [
                             (["--max-length", "100000"], r"--max-length 100000 is above"),
                             (["--tokenizer", "nonexistent"], r"--tokenizer nonexistent: no such directory"),
                             (["--max-train-samples", "0"], r"--max-train-samples must be an integer >= 1")]],
-    Case("inspect --public-size inf", ["inspect", "--train-file", "{d}/train.tsv", "--public-size", "inf"],
+    Case("inspect --public-size inf", ["inspect", "--model", "switch_transformers", "--train-file", "{d}/train.tsv", "--public-size", "inf"],
          r"--public-size must be a finite", F, train=False),
     Case("pretrain --output-dir is a file", ["pretrain", "--text", "{d}/train.tsv", "--output-dir", "{d}/public.tsv"],
          r"--output-dir .*public\.tsv: is an existing file", F, train=False, unchanged=("{d}/public.tsv",)),
@@ -279,7 +279,7 @@ def run_case(case, d, finished_run, capsys, monkeypatch):
         i = tiny.index(case.drop)
         del tiny[i:i + 2]
     if case.train:
-        argv = ["train", *tiny, *([] if "--output-dir" in argv else ["--output-dir", str(d / "out")]), *argv]
+        argv = ["train", "--model", "switch_transformers", *tiny, *([] if "--output-dir" in argv else ["--output-dir", str(d / "out")]), *argv]
     capsys.readouterr()
     try:
         with _alarm(ALARM_S):
@@ -355,7 +355,7 @@ if __name__ == "__main__":  # the every-command table of docs/ERRORS.md, from a 
         d0 = Path(base) / "run"
         d0.mkdir()
         (d0 / "train.tsv").write_text(GOOD_TSV)
-        main(["train", *TINY, "--train-file", str(d0 / "train.tsv"), "--public-size", "20", "--output-dir",
+        main(["train", "--model", "switch_transformers", *TINY, "--train-file", str(d0 / "train.tsv"), "--public-size", "20", "--output-dir",
               str(d0 / "out")])
         for i, case in enumerate(CASES):
             d = Path(base) / f"c{i}"

@@ -32,7 +32,7 @@ ROWS = [{"sentence": f"{WORDS[i % 6]} film {WORDS[(i * 5) % 6]}", "label": int(W
         for i in range(40)]
 TSV = "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in ROWS + ROWS[:20])
 DEV_TSV = "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in ROWS[20:])
-TINY = ["--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
+TINY = ["--model", "switch_transformers", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
         "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
 
 
@@ -78,8 +78,10 @@ def _cfg(tmp_path, **kw):
 
 # (id, keyword arguments of _call (callables get tok and tmp_path), error class, message regex)
 LIBRARY = [
-    ("model is None", {"model": None}, ConfigError, r"^model= must be a loaded torch model.*got NoneType"),
-    ("model is a name", {"model": "olmoe"}, ConfigError, r"^model= must be a loaded torch model.*'olmoe'"),
+    ("model is None with a tokenizer", {"model": None}, ConfigError,
+     r"^fine_tune: model='minilm-moe' is loaded by name with its own tokenizer; pass tokenizer=None"),
+    ("model is a tiny family's name", {"model": "olmoe"}, ConfigError,
+     r"^fine_tune: 'olmoe' is a tiny family with no weights; build it with raptor.moe.models.build_model"),
     ("tokenizer is None", {"tokenizer": None}, ConfigError, r"^tokenizer= must be a loaded tokenizer"),
     ("tokenizer is a name", {"tokenizer": "bert-base-uncased"}, ConfigError, r"^tokenizer= must be a loaded tokenizer"),
     ("train is None", {"train": None}, ConfigError, r"^train= is required"),
@@ -177,7 +179,7 @@ def data_dir(tmp_path_factory):
 
 
 def _train(data_dir, out, *extra):
-    return ["train", *TINY, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
+    return ["train", "--model", "switch_transformers", *TINY, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
             "--output-dir", str(out), *extra]
 
 
@@ -213,7 +215,7 @@ def test_a_second_run_on_the_same_output_dir_is_refused_while_the_first_runs(dat
 
 def test_the_lock_is_released_when_the_run_fails(data_dir, tmp_path, capsys):
     out = tmp_path / "new"
-    rc, _, err = run_cli(["train", *TINY, "--train-file", str(tmp_path / "missing.tsv"), "--public-size", "20",
+    rc, _, err = run_cli(["train", "--model", "switch_transformers", *TINY, "--train-file", str(tmp_path / "missing.tsv"), "--public-size", "20",
                            "--output-dir", str(out)], capsys)
     assert rc == 2 and not out.exists()  # the lock and the directory it created are gone
 
@@ -291,7 +293,7 @@ def test_a_budget_stop_reports_the_dev_metrics_of_the_saved_model(data_dir, tmp_
     budget_runs_out(1)
     out = tmp_path / "run"
     tiny = [a if a != "1" or TINY[i - 1] != "--steps" else "3" for i, a in enumerate(TINY)]
-    argv = ["train", *tiny, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
+    argv = ["train", "--model", "switch_transformers", *tiny, "--train-file", str(data_dir / "train.tsv"), "--public-size", "20",
             "--validation-file", str(data_dir / "dev.tsv"), "--output-dir", str(out)]
     rc, _, err = run_cli(argv, capsys)
     assert rc == 2 and "would exceed the privacy budget (test)" in err

@@ -140,7 +140,7 @@ def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path, capsys, fini
     (tmp_path / "train.tsv").write_text(tsv([(r["sentence"], r["label"]) for r in ROWS]))
     dangling = tmp_path / "dangling"
     dangling.symlink_to(tmp_path / "missing-target")
-    train = ["train", *TINY, "--train-file", tmp_path / "train.tsv", "--public-size", "20"]
+    train = ["train", "--model", "switch_transformers", *TINY, "--train-file", tmp_path / "train.tsv", "--public-size", "20"]
     rc, _, err = run_cli([*train, "--output-dir", dangling], capsys)
     one_error_line(rc, err, r"--output-dir .*dangling: is a symbolic link to a missing target")
     rc, _, err = run_cli([*train, "--output-dir", "/proc/raptor-out/run"], capsys)  # before: mkdir's traceback
@@ -180,7 +180,7 @@ def _flag_cases(tmp_path: Path, *, write: bool = True):
         (tmp_path / "train.tsv").write_text(tsv([(r["sentence"], r["label"]) for r in ROWS]))
         (tmp_path / "three.tsv").write_text(tsv([(r["sentence"], i % 3) for i, r in enumerate(ROWS)]))
     out = tmp_path / "out"
-    train = ["train", *TINY, "--train-file", tmp_path / "train.tsv", "--public-size", "20", "--output-dir", out]
+    train = ["train", "--model", "switch_transformers", *TINY, "--train-file", tmp_path / "train.tsv", "--public-size", "20", "--output-dir", out]
     return {
         "pretrain --min-lr-ratio 5": (_pretrain(text, out, "--min-lr-ratio", "5"),
                                       r"--min-lr-ratio is the final lr as a fraction of --lr, so it must lie in \[0, 1\]"),
@@ -224,13 +224,13 @@ def _flag_cases(tmp_path: Path, *, write: bool = True):
         "check --tolerance -1": (["check", "olmoe", "--tolerance", "-1"],
                                  r"--tolerance must be a positive finite relative error"),
         "check --seq-len 1e6": (["check", "olmoe", "--seq-len", "1000000"], r"--seq-len must be an integer <= 4,096"),
-        "inspect --count 99": (["inspect", *TINY[:6], "--train-file", tmp_path / "train.tsv", "--public-size", "20",
+        "inspect --count 99": (["inspect", "--model", "switch_transformers", *TINY[:6], "--train-file", tmp_path / "train.tsv", "--public-size", "20",
                                 "--count", "99"], r"--count 99: the model has only \d+ MoE layers"),
         "train --freeze-shared-experts on a classifier": (
             [*train, "--model", "qwen2_moe", "--method", "dpsgd-full", "--freeze-shared-experts"],
             r"--freeze-shared-experts applies to --objective generate"),
         "train --metric f1 on 3 classes": (
-            ["train", *TINY, "--train-file", tmp_path / "three.tsv", "--public-size", "20", "--output-dir", out,
+            ["train", "--model", "switch_transformers", *TINY, "--train-file", tmp_path / "three.tsv", "--public-size", "20", "--output-dir", out,
              "--metric", "f1"], r"--metric f1 is the binary F1 of label id 1, but the train labels have 3 classes"),
     }
 
@@ -271,7 +271,7 @@ def yes_no_dir(tmp_path_factory):
 
 
 def _label_word_run(d, out, *words):
-    return ["train", *TINY, "--train-file", d / "train.tsv", "--public-size", "20", "--output-dir", out,
+    return ["train", "--model", "switch_transformers", *TINY, "--train-file", d / "train.tsv", "--public-size", "20", "--output-dir", out,
             "--head-init", "label-words", "--label-words", *words]
 
 

@@ -29,7 +29,9 @@ def test_recipe_fills_only_what_was_not_given():
     plain = apply_recipe(p.parse_args([]))
     default = TrainConfig()
     assert (plain.lora, plain.freeze_head, plain.layers, plain.shared_ratio, plain.head_init) == \
-        (default.lora, default.freeze_head, "auto", default.privacy.shared_ratio, "random")
+        (True, default.freeze_head, "auto", default.privacy.shared_ratio, "random")  # LoRA: the default model's
+    tiny = apply_recipe(p.parse_args(["--model", "switch_transformers"]))
+    assert tiny.lora is default.lora is False
     assert plain.lr is None and plain.batch_size is None  # their own default rules apply later
 
 
@@ -49,7 +51,7 @@ def test_recipe_fields_the_parser_does_not_govern_are_its_defaults():
 
 def test_paper_recipe_run_end_to_end(sentiment_files, tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--recipe", "paper", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file",
+    assert main(["train", "--model", "switch_transformers", "--recipe", "paper", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file",
                  str(sentiment_files / "dev.tsv"), "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
                  "--hidden-size", "16", "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3",
                  "--steps", "2", "--label-words", "bad", "good", "--output-dir", str(out), "--no-progress",
@@ -67,7 +69,7 @@ def test_paper_recipe_run_end_to_end(sentiment_files, tmp_path):
 
 
 def test_metric_of_the_wrong_task_type_is_refused(sentiment_files, tmp_path, capsys):
-    assert main(["train", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20", "--vocab-size", "60",
+    assert main(["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20", "--vocab-size", "60",
                  "--max-length", "12", "--hidden-size", "16", "--batch-size", "16", "--seed", "3", "--steps", "1",
                  "--output-dir", str(tmp_path / "r"), "--no-progress", "--metric", "pearson"]) == 2
     assert "--metric" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_pa
     from raptor.training.generate import GenerativeObjective
     from raptor.training.run.assemble import build_trainer
 
-    args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts"])
+    args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts", "--no-lora"])
     inputs = read_generate_inputs(generate_source(args), torch.Generator().manual_seed(0))
     model, tok = inputs.model, inputs.tokenizer
     train, public, val, ev = encode_generative(model, tok, inputs.private, inputs.public, inputs.dev,

@@ -73,3 +73,21 @@ def test_a_head_of_the_task_size_is_kept(minilm_cache, monkeypatch):
     built = raptor.load_model("minilm-moe")
     two = raptor.load_model("minilm-moe", num_labels=2, generator=torch.Generator().manual_seed(7))
     assert torch.equal(built.classifier.weight, two.classifier.weight)  # the build's public head, not redrawn
+
+
+def test_fine_tune_without_a_model_trains_the_default_model_under_lora(minilm_cache, tmp_path, monkeypatch):
+    """``raptor.fine_tune(None, None, rows)``: minilm-moe, its head sized to the labels, LoRA r 8 at
+    lr 5e-3 (``raptor.default_recipe``); the same with a config given keeps the config."""
+    monkeypatch.setenv("RAPTOR_CACHE", str(minilm_cache))
+    rows = _rows(lambda i: i % 3)
+    config = raptor.default_recipe(steps=1, batch_size=4, max_length=12, seed=0, output_dir=str(tmp_path / "run"),
+                                   privacy=raptor.PrivacyConfig(epsilon=8.0, secure_rng=False))
+    assert config.lora and config.optim.lr == 5e-3 and config.layers == "auto"
+    result = raptor.fine_tune(None, None, rows[:16], rows[16:], config, public=rows[16:], progress=False)
+    assert result.results["steps"] == 1 and result.results["config"]["lora"]
+    assert type(result.model).__name__ == "PeftModel"
+    assert result.model.base_model.model.config.num_labels == 3
+    from raptor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="tiny family"):
+        raptor.fine_tune("switch_transformers", None, rows[:16], rows[16:], config, public=rows[16:], progress=False)

@@ -35,7 +35,7 @@ def test_library_default_is_resolved_from_the_data_and_explicit_values_are_kept(
 
 @pytest.mark.parametrize("flags,expected", [([], 30), (["--batch-size", "64"], 64)])
 def test_cli_uses_the_same_function(flags, expected):
-    args = build_parser().parse_args(["train", *flags])
+    args = build_parser().parse_args(["train", "--model", "switch_transformers", *flags])
     assert config_from_args(args).batch_size == (None if not flags else 64)  # the run resolves it
     assert resolve_batch_size(config_from_args(args), 300).batch_size == expected
 

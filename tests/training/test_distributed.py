@@ -141,11 +141,11 @@ def test_train_cli_distributed_without_torchrun_exits_2_naming_torchrun(monkeypa
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert main(["train", "--distributed", "--steps", "1", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--distributed", "--steps", "1", "--output-dir", str(tmp_path)]) == 2
     assert "torchrun" in capsys.readouterr().err
-    assert main(["train", "--distributed", "--dist-backend", "nccl", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--distributed", "--dist-backend", "nccl", "--output-dir", str(tmp_path)]) == 2
     assert "--device cuda" in capsys.readouterr().err
-    assert main(["train", "--distributed", "--objective", "generate", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--distributed", "--objective", "generate", "--output-dir", str(tmp_path)]) == 2
     assert "--distributed supports --objective classify only" in capsys.readouterr().err
 
 

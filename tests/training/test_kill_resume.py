@@ -57,7 +57,7 @@ def _tail(log: Path, n: int = 3000) -> str:
 
 
 def _train(*args: str) -> list[str]:
-    return [sys.executable, "-m", "raptor.cli.main", "train", *args]
+    return [sys.executable, "-m", "raptor.cli.main", "train", "--model", "switch_transformers", *args]
 
 
 def _start(processes, cmd: list[str], log: Path) -> subprocess.Popen:
@@ -113,7 +113,7 @@ def test_unseeded_run_killed_with_sigkill_resumes_exactly(tmp_path, processes):
     _write(tmp_path / "train.tsv", rows[:120])
     _write(tmp_path / "dev.tsv", rows[120:])
     steps = 40
-    common = ["--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
+    common = ["--model", "switch_transformers", "--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
               "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
               "--batch-size", "16", "--micro-batch-size", "8", "--no-progress", "--epsilon", "4",
               "--steps", str(steps), "--checkpoint-every", "3"]  # no --seed: OS CSPRNG, secure mode

@@ -11,7 +11,7 @@ from raptor.cli.main import main
 
 def test_train_writes_results_and_resumes(sentiment_files, tmp_path, capsys):
     out = tmp_path / "run"
-    common = ["train", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
+    common = ["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
               "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
               "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3", "--output-dir", str(out),
               "--no-progress", "--epsilon", "4"]
@@ -34,7 +34,7 @@ def test_train_writes_results_and_resumes(sentiment_files, tmp_path, capsys):
 
 
 def test_train_head_from_label_words(sentiment_files, tmp_path, capsys):
-    common = ["train", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
+    common = ["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
               "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
               "--batch-size", "16", "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "4",
               "--steps", "1", "--head-init", "label-words"]
@@ -47,13 +47,13 @@ def test_train_head_from_label_words(sentiment_files, tmp_path, capsys):
 
 
 def test_train_bad_arguments_exit_2(sentiment_files, tmp_path, capsys):
-    assert main(["train", "--task", "sst2", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--task", "sst2", "--output-dir", str(tmp_path)]) == 2
     assert "--data-dir" in capsys.readouterr().err
-    assert main(["train", "--layers", "x", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--layers", "x", "--output-dir", str(tmp_path)]) == 2
 
 
 def test_inspect_prints_table_and_json(sentiment_files, capsys):
-    args = ["inspect", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "40", "--vocab-size", "60",
+    args = ["inspect", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "40", "--vocab-size", "60",
             "--max-length", "12", "--hidden-size", "16", "--num-layers", "3"]
     assert main(args) == 0
     text = capsys.readouterr().out
@@ -68,7 +68,7 @@ def test_inspect_prints_table_and_json(sentiment_files, capsys):
 
 def test_nonprivate_results_are_strict_json(sentiment_files, tmp_path):
     out = tmp_path / "np"
-    assert main(["train", "--method", "nonprivate", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20",
+    assert main(["train", "--model", "switch_transformers", "--method", "nonprivate", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20",
                  "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--batch-size", "16",
                  "--steps", "1", "--seed", "0", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "results.json").read_text()

@@ -57,7 +57,7 @@ def glue(tmp_path_factory):
 
 
 def _args(glue, task, method, out):
-    return ["train", "--task", task, "--data-dir", str(glue), "--method", method, "--public-size", "20",
+    return ["train", "--model", "switch_transformers", "--task", task, "--data-dir", str(glue), "--method", method, "--public-size", "20",
             "--vocab-size", "60", "--max-length", "16", "--hidden-size", "16", "--batch-size", "16",
             "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "8", "--steps", "2",
             "--eval-every", "1", "--output-dir", str(out)]
@@ -102,7 +102,7 @@ def test_user_file_regression_runs(tmp_path, capsys):
     (tmp_path / "train.tsv").write_text("text\tscore\n" + rows)
     (tmp_path / "dev.tsv").write_text("text\tscore\n" + "".join(f"{_sentence(i)}\t{i / 9:.2f}\n" for i in range(20)))
     out = tmp_path / "run"
-    assert main(["train", "--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
+    assert main(["train", "--model", "switch_transformers", "--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
                  "--label-column", "score", "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
                  "--hidden-size", "16", "--batch-size", "16", "--seed", "1", "--no-progress", "--steps", "1",
                  "--method", "dp-lora", "--output-dir", str(out)]) == 0
@@ -113,7 +113,7 @@ def test_user_file_regression_runs(tmp_path, capsys):
 
 def test_task_without_data_dir_and_no_cache_is_a_clear_error(tmp_path, capsys):
     pytest.importorskip("datasets")
-    assert main(["train", "--task", "cola", "--hf-cache", str(tmp_path), "--no-progress",
+    assert main(["train", "--model", "switch_transformers", "--task", "cola", "--hf-cache", str(tmp_path), "--no-progress",
                  "--output-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "no cached copy of glue/cola" in err and "--data-dir DIR" in err

@@ -33,9 +33,9 @@ import platform
 import time
 from pathlib import Path
 
+from raptor.data.model_source import DEFAULT_MODEL
 from raptor.errors import ConfigError
 
-DEFAULT_MODEL = "minilm-moe"
 PUBLIC_SOURCES = ("model", "sample")
 HEAD_INITS = ("label-words", "public-fit")
 

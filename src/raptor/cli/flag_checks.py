@@ -183,12 +183,32 @@ def check_resume_output(output_dir: Path, resume: str | None, overwrite: bool) -
                           "pass --overwrite to replace it")
 
 
+def _loadable_pretrained(model: str) -> bool:
+    """A shipped or built model's name, or a directory with weights whose config.json is a JSON
+    object: a model whose sizes are its own (anything else gets the model checks' own message first)."""
+    import json
+
+    from raptor.data.model_source import shipped_models
+
+    if model in shipped_models() and not Path(model).exists():
+        return True
+    config = Path(model) / "config.json"
+    try:
+        if not (config.is_file() and isinstance(json.loads(config.read_text(encoding="utf-8")), dict)):
+            return False
+    except (OSError, ValueError):
+        return False
+    return any(Path(model).glob("*.safetensors")) or any(Path(model).glob("pytorch_model*.bin"))
+
+
 def check_tiny_sizes(args) -> None:
     """The size flags of a tiny random-init family, named (not ``TinySize.hidden_size``); with a
     pretrained ``--model`` (whose sizes are its config's) a size flag other than its default is refused."""
     from raptor.data.model_source import FAMILY_NAMES, ModelSource
 
     if args.model not in FAMILY_NAMES:
+        if not _loadable_pretrained(args.model):  # an unknown name or a broken directory: its own check says so
+            return
         default = ModelSource()
         given = [(flag, value) for flag, value, fallback in (
             ("--hidden-size", args.hidden_size, default.hidden_size), ("--num-layers", args.num_layers, default.num_layers),

@@ -13,7 +13,7 @@ import argparse
 from raptor.cli.sections import section
 from raptor.errors import ConfigError
 from raptor.recipes import RECIPES
-from raptor.training.config import TrainConfig
+from raptor.training.config import TrainConfig, method_default_lora
 
 #: flag dest -> how to read its value from a TrainConfig: the flags whose parser default is None.
 #: The recipe's other fields (epochs 3, C_s = C_e = 1, AdamW, max length 128) are the parser's
@@ -27,8 +27,8 @@ _FIELDS = {
     "lr": lambda c: c.optim.lr,
 }
 #: flags whose None means the library default when no recipe is given (--lr and --batch-size keep
-#: their own default rules: by model kind, and N/10)
-_LIBRARY_DEFAULT = ("layers", "lora", "freeze_head", "shared_ratio")
+#: their own default rules: by model kind and LoRA, and N/10; --lora: on for a pre-trained model)
+_LIBRARY_DEFAULT = ("layers", "freeze_head", "shared_ratio")
 _PLAIN = TrainConfig()
 
 
@@ -42,7 +42,11 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
                           help="train LoRA adapters of rank RANK (8 when no rank is given) on the method's own set "
                                "(attention LoRA in the shared stream, one LoRA per expert of the trained layers in the "
                                "expert stream); with --method dp-lora, which is always LoRA, it sets the rank (the "
-                               "reference's DeepSeek-VL2 setting: --lora 16) (default off)")
+                               "reference's DeepSeek-VL2 setting: --lora 16) (default: on, r 8, for a pre-trained "
+                               "--model such as minilm-moe; off for a tiny one)")
+    method_g.add_argument("--no-lora", dest="lora", action="store_const", const=False,
+                          help="train the method's full weights, not LoRA adapters (a pre-trained --model's lr is "
+                               "then 2e-4 unless --lr is given) (default: LoRA on a pre-trained --model)")
     method_g.add_argument("--freeze-head", action="store_true", default=None,
                           help="keep the output head at its initial (e.g. label-word) weights: in no clipping group, "
                                "never updated (default off)")
@@ -80,6 +84,8 @@ def apply_recipe(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, dest, read(recipe))
         elif dest in _LIBRARY_DEFAULT:
             setattr(args, dest, read(_PLAIN))
+        elif dest == "lora":
+            args.lora = method_default_lora(getattr(args, "model", None), args.method)
     if getattr(args, "head_init", None) is None:
         args.head_init = "label-words" if name and getattr(args, "objective", "classify") == "classify" else "random"
     return args

@@ -54,6 +54,7 @@ from raptor.training.config import (
     DTYPES,
     METHODS,
     OPTIMIZERS,
+    PRETRAINED_LORA_LR,
     PRETRAINED_LR,
     TINY_LR,
     OptimConfig,
@@ -195,8 +196,8 @@ def _add_optimisation_arguments(optim_g) -> None:
     optim_g.add_argument("--batch-size", type=int, default=None,
                          help="expected Poisson batch size B, q = B/N (default: N/10, at least 8, at most 1024)")
     optim_g.add_argument("--lr", type=float, default=None,
-                         help=f"learning rate (default {TINY_LR:g} for a tiny random-init family or a shipped model, "
-                              f"{PRETRAINED_LR:g} for a saved or hub model)")
+                         help=f"learning rate (default {PRETRAINED_LORA_LR:g} for a pre-trained model under LoRA, "
+                              f"{PRETRAINED_LR:g} on its full weights (--no-lora), {TINY_LR:g} for a tiny model)")
     optim_g.add_argument("--lr-expert", type=float, default=None, help="expert-stream learning rate (default: --lr)")
     optim_g.add_argument("--optimizer", choices=OPTIMIZERS, default=_OC.name, help=f"optimizer (default {_OC.name})")
 
@@ -288,7 +289,8 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         **lora_settings(args, args.method), freeze_head=args.freeze_head,
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
                                       memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
-        optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else default_lr(args.model),
+        optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else
+                          default_lr(args.model, lora=bool(args.lora) or args.method == "dp-lora"),
                           lr_expert=args.lr_expert),
     )
     return config

@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # torch, transformers and tokenizers are imported on use (fas
 
     from raptor.data import ClassificationData
 
-DEFAULT_MODEL = "switch_transformers"
+#: the model of a run that names none: the upcycled all-MiniLM-L6-v2 (:mod:`raptor.shipped`, built
+#: on first use); the tiny random families stay available by name
+DEFAULT_MODEL = "minilm-moe"
 
 
 @dataclass(frozen=True)

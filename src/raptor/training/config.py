@@ -196,21 +196,53 @@ class PerformanceConfig:
 #: model the grid's matched tuning (experiments/results/sst2_switch.json, AdamW lr 5e-4 vs 2e-3,
 #: selected on a public split) chose 2e-3 in 15 of its 16 DP groups and 3e-3 non-privately.
 TINY_LR: float = 3e-3
+#: a pre-trained model's full weights
 PRETRAINED_LR: float = 2e-4
+#: a pre-trained model under LoRA (r 8): the minilm-moe tables' best private setting (docs/RESULTS.md)
+PRETRAINED_LORA_LR: float = 5e-3
 #: weight decay by optimizer (:func:`default_weight_decay`)
 WEIGHT_DECAY: dict[str, float] = {"adamw": 0.01, "sgd": 0.0}
 
 
-def default_lr(model: str | None) -> float:
-    """The learning rate of a run that names none: :data:`TINY_LR` for a tiny random-init family or
-    a shipped model (by name), :data:`PRETRAINED_LR` for anything else (a saved or hub model, or a
-    model passed in without a name)."""
+def is_tiny_model(model: str | None) -> bool:
+    """A tiny random-init family (by name) or the shipped tiny warm start (``switch-public-tiny``);
+    anything else (a built pre-trained model such as ``minilm-moe``, a saved directory, a hub name,
+    a model passed in without a name) is a pre-trained one."""
     if model is None:
-        return PRETRAINED_LR
+        return False
     from raptor.moe.names import FAMILY_NAMES
-    from raptor.shipped import available
+    from raptor.shipped import SHIPPED
 
-    return TINY_LR if model in FAMILY_NAMES or model in available() else PRETRAINED_LR
+    return model in FAMILY_NAMES or model in SHIPPED
+
+
+def default_lora(model: str | None) -> bool:
+    """Whether a run that does not say trains LoRA adapters: yes on a pre-trained model, no on a
+    tiny one (:func:`is_tiny_model`)."""
+    return not is_tiny_model(model)
+
+
+def method_default_lora(model: str | None, method: str) -> bool:
+    """``TrainConfig.lora`` of a run that does not say: :func:`default_lora` for the methods whose
+    trainable set LoRA can replace (built from roles: ``TRAINABLE_LORA``), False for the rest
+    (dp-lora is LoRA by its method, last-layer full weights by its)."""
+    from raptor.training.methods import METHOD_SPECS
+
+    spec = METHOD_SPECS.get(method)
+    return default_lora(model) and spec is not None and spec.trainable in TRAINABLE_LORA
+
+
+#: the trainable sets that ``TrainConfig.lora`` turns into LoRA adapters on the same parameters
+TRAINABLE_LORA: tuple[str, ...] = ("roles", "shared", "experts", "all")
+
+
+def default_lr(model: str | None, lora: bool | None = None) -> float:
+    """The learning rate of a run that names none: :data:`TINY_LR` for a tiny model
+    (:func:`is_tiny_model`); for a pre-trained one :data:`PRETRAINED_LORA_LR` under LoRA and
+    :data:`PRETRAINED_LR` on full weights. ``lora=None``: the model's default (:func:`default_lora`)."""
+    if is_tiny_model(model):
+        return TINY_LR
+    return PRETRAINED_LORA_LR if (default_lora(model) if lora is None else lora) else PRETRAINED_LR
 
 
 def default_weight_decay(optimizer: str) -> float:

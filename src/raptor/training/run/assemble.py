@@ -14,6 +14,8 @@ are only handed to the trainer (and their count N, which is public, to the noise
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -23,6 +25,7 @@ from raptor.training.config import TrainConfig, resolve_batch_size
 from raptor.training.methods import METHOD_SPECS, MethodSpec
 from raptor.training.run.distributed import Communicator, SingleProcess
 from raptor.training.setup.public_stage import choose_trained_layers, public_routing, public_stage
+from raptor.training.setup.routing_cache import cached_public_routing
 from raptor.training.setup.trainable import (
     LORA_POLICIES,
     apply_lora,
@@ -77,7 +80,8 @@ def split_head_params(model: nn.Module, config: TrainConfig, spec: MethodSpec) -
 
 def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
                   public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
-                  comm: Communicator | None = None, loss_fn=None, keep_trainable: bool = False) -> Trainer:
+                  comm: Communicator | None = None, loss_fn=None, keep_trainable: bool = False,
+                  routing_cache: Path | None = None) -> Trainer:
     """Set up ``model`` for ``config.method`` and return a ready :class:`Trainer`.
 
     ``public`` is the public corpus (tokenized like ``train``); ``train`` is private.
@@ -95,6 +99,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     [B]`` for the engine instead of the task's or the objective's (:mod:`raptor.integrations`).
     ``keep_trainable``: the model's own ``requires_grad`` (e.g. a PEFT model the user built) instead
     of the method's trainable set; routers and the experts of untrained layers are still frozen.
+    ``routing_cache``: a directory caching the public routing by content
+    (:mod:`raptor.training.setup.routing_cache`; None: computed every time).
     """
     comm = comm if comm is not None else SingleProcess()
     if config.batch_size is None:
@@ -106,7 +112,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     adapter = get_adapter(model)
     adapter.prepare(model)
     layers = adapter.moe_layers(model)
-    owners = comm.on_main(lambda: public_routing(model, public, config))  # rank 0's, on every rank
+    owners = comm.on_main(lambda: cached_public_routing(  # rank 0's, on every rank
+        model, public, config, lambda: public_routing(model, public, config), routing_cache))
     trained, choice = choose_trained_layers(layers, owners, config, spec)
     if keep_trainable:
         freeze_routers_and_untrained_experts(model, layers, trained)
@@ -144,7 +151,8 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
 
 def assemble_run(config: TrainConfig, model: nn.Module, *, train: Records, validation: Records | None,
                  public: Records, spec: MethodSpec | None = None, evaluator=None, objective=None,
-                 comm: Communicator | None = None, start=None, loss_fn=None, keep_trainable: bool = False) -> Trainer:
+                 comm: Communicator | None = None, start=None, loss_fn=None, keep_trainable: bool = False,
+                 routing_cache: Path | None = None) -> Trainer:
     """The one assembly of a run: ``config``'s batch size resolved against the ``train`` records (a
     public count; None: N/10, :func:`~raptor.training.config.resolve_batch_size`), the trainer built
     (:func:`build_trainer`, whose arguments these are) and, given a
@@ -153,7 +161,7 @@ def assemble_run(config: TrainConfig, model: nn.Module, *, train: Records, valid
     config = resolve_batch_size(config, int(train["labels"].shape[0]))
     trainer = build_trainer(config, model, train=train, validation=validation, public=public, spec=spec,
                             evaluator=evaluator, objective=objective, comm=comm, loss_fn=loss_fn,
-                            keep_trainable=keep_trainable)
+                            keep_trainable=keep_trainable, routing_cache=routing_cache)
     if start is not None:
         from raptor.training.run.start import continue_run
 

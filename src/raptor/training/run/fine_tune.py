@@ -50,9 +50,14 @@ class FineTuneResult:
     tokenizer: object = None  # the run's tokenizer (on resume: the checkpoint's)
 
 
-def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None = None,
+def fine_tune(model: nn.Module | str | None, tokenizer, train: Rows, validation: Rows | None = None,
               config: TrainConfig | None = None, *, public: Rows | None = None, **options) -> FineTuneResult:
     """Fine-tune ``model`` (a loaded HF MoE model of a supported family) with ``config.method``.
+
+    ``model=None`` (with ``tokenizer=None``: a model by name brings its own) loads the default model, ``minilm-moe`` (the upcycled
+    all-MiniLM-L6-v2, built on first use), its head sized to the labels, and ``config=None`` is then
+    its recipe (:func:`raptor.recipes.default_recipe`: LoRA r 8, lr 5e-3, the public layer rule); a
+    shipped or saved model's name or directory loads that model the same way.
 
     Example (a tiny random OLMoE classifier; ``raptor.fine_tune`` is this function)::
 
@@ -94,7 +99,46 @@ def fine_tune(model: nn.Module, tokenizer, train: Rows, validation: Rows | None 
     An argument of the wrong type or an unknown keyword is a :class:`ConfigError` naming it
     (:mod:`raptor.training.run.options`).
     """
-    return run_fine_tune(model, tokenizer, train, validation, config, RunOptions.from_keywords(options), public=public)
+    opts = RunOptions.from_keywords(options)
+    name = None
+    if model is None or isinstance(model, str):
+        model, tokenizer, name = load_named_model(model, tokenizer, train, config, opts)
+        if config is None:
+            from raptor.recipes import default_recipe
+
+            config = default_recipe(model=name)
+    return run_fine_tune(model, tokenizer, train, validation, config, opts, public=public, model_name=name)
+
+
+def load_named_model(name: str | None, tokenizer, train, config: TrainConfig | None, options: RunOptions):
+    """(model, tokenizer, directory) of ``fine_tune``'s model given by name (``None``: the default
+    model, :data:`raptor.data.model_source.DEFAULT_MODEL`, built on first use), its head sized to
+    ``train``'s labels (:func:`raptor.moe.models.load_model`) and drawn from the run's initialisation
+    generator (seeded by ``config.seed``, else secure). A tiny family needs its model built by the
+    caller (:func:`raptor.moe.models.build_model`): it has no weights to load."""
+    from raptor.data import load_tokenizer
+    from raptor.data.loaders import from_records
+    from raptor.data.model_source import DEFAULT_MODEL, init_generator
+    from raptor.moe.models import load_model
+    from raptor.moe.names import FAMILY_NAMES
+    from raptor.shipped import resolve
+
+    name = DEFAULT_MODEL if name is None else name
+    if name in FAMILY_NAMES:
+        raise ConfigError(f"fine_tune: {name!r} is a tiny family with no weights; build it with "
+                          f"raptor.moe.models.build_model({name!r}, ...) and pass the model and its tokenizer")
+    if tokenizer is not None:
+        raise ConfigError(f"fine_tune: model={name!r} is loaded by name with its own tokenizer; pass tokenizer=None "
+                          "(or load both yourself: raptor.load_model and raptor.data.load_tokenizer)")
+    if is_generative(train):
+        raise ConfigError("fine_tune: a model by name is loaded as a classifier; for QAData/VQAData records pass "
+                          "the loaded causal LM and its tokenizer")
+    labels = from_records(train, text_columns=options.text_columns, label_column=options.label_column,
+                          source="train", task_type=options.task_type)
+    path = str(resolve(name))
+    seed = config.seed if config is not None else None
+    model = load_model(path, num_labels=labels.num_labels, generator=init_generator(seed))
+    return model, load_tokenizer(path), path
 
 
 def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: TrainConfig | None = None,
@@ -119,6 +163,7 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     from raptor.data.model_source import base_weights
     from raptor.training.run.start import start_run
     from raptor.training.saving.fingerprint import fingerprint
+    from raptor.training.setup.routing_cache import routing_cache_dir
 
     config = config if config is not None else TrainConfig()
     options = options if options is not None else RunOptions()
@@ -145,7 +190,8 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     model, tokenizer = start.model, start.tokenizer
     enc = job.encode(model, tokenizer, config)
     trainer = assemble_run(config, model, train=enc.train, validation=enc.validation, public=enc.public,
-                           evaluator=enc.evaluator, objective=enc.objective, comm=comm, start=start)
+                           evaluator=enc.evaluator, objective=enc.objective, comm=comm, start=start,
+                           routing_cache=routing_cache_dir(model_name))
     if announce is not None:
         announce(trainer)
     if job.label_names:  # the label map at the start of every classification run

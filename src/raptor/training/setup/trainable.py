@@ -19,7 +19,7 @@ from torch import nn
 
 from raptor.errors import ConfigError
 from raptor.moe.adapters import MoELayerInfo, block_prefix, get_adapter
-from raptor.training.config import TrainConfig
+from raptor.training.config import TRAINABLE_LORA, TrainConfig
 from raptor.training.setup.head_init import HEAD_ATTRS
 
 #: output heads: classification (``classifier``, ``score``) or language-model heads (``lm_head``,
@@ -114,7 +114,7 @@ def head_param_names(model: nn.Module) -> tuple[str, ...]:
 
 
 #: trainable sets that ``TrainConfig.lora`` turns into LoRA on the same set (last-block is full weights)
-LORA_POLICIES = ("roles", "shared", "experts", "all")
+LORA_POLICIES = TRAINABLE_LORA
 
 
 def freeze_head(model: nn.Module) -> tuple[str, ...]:
