@@ -168,3 +168,18 @@ def test_the_library_bounds_its_arguments(kw, pattern, tmp_path):
     with pytest.raises(ConfigError, match=pattern):
         raptor.upcycle("minilm", tmp_path / "moe", **args)
     assert not (tmp_path / "moe").exists()
+
+
+@pytest.mark.parametrize("flags, pattern", [
+    (["--hidden-size", "32", "--num-experts", "2"], r"--hidden-size 32, --num-experts 2: --init-from .* continues that "
+                                                    r"checkpoint, whose sizes are its own"),
+    (["--family", "olmoe"], r"--family olmoe: --init-from .* is a switch_transformers checkpoint, and continued "
+                            r"pre-training keeps its family; leave --family out"),
+])
+def test_pretrain_init_from_refuses_what_it_would_ignore(flags, pattern, text, tmp_path, capsys):
+    from raptor.shipped import shipped_dir
+
+    rc, _, err = run_cli(["pretrain", "--text", text, "--init-from", shipped_dir() / "switch-public-tiny",
+                          "--output-dir", tmp_path / "out", "--steps", "1", "--no-progress", *flags], capsys)
+    one_error_line(rc, err, pattern)
+    assert not (tmp_path / "out").exists()

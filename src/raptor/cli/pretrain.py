@@ -94,9 +94,24 @@ def config_from_args(args: argparse.Namespace) -> PretrainConfig:
     )
 
 
+#: the size flags that ``--init-from`` takes from its checkpoint
+_SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_experts", "expert_intermediate")
+
+
 def check_top_k(args: argparse.Namespace, config: PretrainConfig) -> None:
-    """An explicit ``--top-k`` is refused where the family routes top-1 (it has no top-k to set)."""
+    """An explicit ``--top-k`` is refused where the family routes top-1 (it has no top-k to set); with
+    ``--init-from``, a size flag or a ``--family`` other than the checkpoint's is refused (the
+    checkpoint's are used)."""
     from raptor.moe.adapters import get_adapter
+
+    if args.init_from is not None:
+        given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in _SIZES if getattr(args, n) != _FLAGS[n][1]]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: --init-from {args.init_from} continues that checkpoint, whose sizes "
+                              "are its own (its config.json); leave the size flags out")
+        if args.family != "switch_transformers" and args.family != config.family:
+            raise ConfigError(f"--family {args.family}: --init-from {args.init_from} is a {config.family} checkpoint, "
+                              "and continued pre-training keeps its family; leave --family out")
 
     if args.top_k is not None and get_adapter(config.family).top1:
         given = f"--init-from {args.init_from}'s family" if args.init_from else f"--family {config.family}"
