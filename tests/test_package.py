@@ -40,8 +40,10 @@ ALLOWED: dict[str, set[str]] = {
     "recipes": {"training"},
     "audit": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training", "recipes"},
     "analysis": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
-    # adapters for users' own loops and Hugging Face's Trainer, over training's plan, engine and ledger
-    "integrations": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training"},
+    # adapters for users' own loops and Hugging Face's Trainer, over training's plan, engine and ledger;
+    # audit for the oracle check of a run's own engine (PrivacyEngine.check, as raptor check)
+    "integrations": {"accounting", "evaluation", "mechanisms", "data", "moe", "roles", "per_sample", "training",
+                     "audit"},
     # the thin CLI (DESIGN.md section 2): it reaches the engine (per_sample, moe, mechanisms, roles) only
     # through training, so that every run goes through one library function
     "cli": {"training", "data", "accounting", "audit", "pretrain", "recipes"},

@@ -150,7 +150,7 @@ class PrivacyEngine:
                               "stage reads (owner shares, denominators, clip norms); raptor never takes them from "
                               "the private dataset")
         if isinstance(public, Mapping):
-            return dict(public)
+            return _with_mask(dict(public))
         items = list(public)
         if not items:
             raise ConfigError("PrivacyEngine(public=...) holds no record")
@@ -161,7 +161,7 @@ class PrivacyEngine:
         if not isinstance(batch, Mapping):
             raise ConfigError(f"the collator returned {type(batch).__name__} for the public records; it must "
                               "return a dict of tensors")
-        return dict(batch)
+        return _with_mask(dict(batch))
 
     # ------------------------------------------------------------------ public numbers
     def _need_run(self):
@@ -316,6 +316,15 @@ class PrivateOptimizer:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.optimizer, name)
+
+
+def _with_mask(batch: dict) -> dict:
+    """``batch`` after checking it holds what raptor's engine reads: input_ids, attention_mask, labels."""
+    missing = [k for k in ("input_ids", "attention_mask", "labels") if k not in batch]
+    if missing:
+        raise ConfigError(f"the public records lack {', '.join(missing)} (they have {', '.join(sorted(batch))}); "
+                          "records (and the collator's batches) must give input_ids, attention_mask and labels")
+    return batch
 
 
 def check_optimizer(param_groups, run) -> dict[int, str]:
