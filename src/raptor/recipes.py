@@ -38,15 +38,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from raptor.data.model_source import DEFAULT_MODEL
 from raptor.errors import ConfigError
 from raptor.training.config import (
+    DEFAULT_MODEL,
     OptimConfig,
     PerformanceConfig,
     PrivacyConfig,
     TrainConfig,
-    default_lr,
-    method_default_lora,
+    default_train_config,
 )
 
 
@@ -103,11 +102,7 @@ def default_recipe(method: str = "raptor", model: str | None = DEFAULT_MODEL, **
     5e-3 under LoRA, 2e-4 on full weights, 3e-3 for a tiny model). ``model=None``: a pre-trained
     model passed in without a name, on full weights. Full fine-tuning of the default model is
     ``default_recipe(method, lora=False)`` (its lr then follows: 2e-4)."""
-    lora = overrides.pop("lora", None)
-    lora = method_default_lora(model, method) if lora is None and model is not None else bool(lora)
-    lr = default_lr(model, lora=lora or method == "dp-lora")
-    cfg = TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
-                      optim=OptimConfig(lr=lr))
+    cfg = default_train_config(method, model, lora=overrides.pop("lora", None))
     return replace(cfg, **overrides) if overrides else cfg
 
 

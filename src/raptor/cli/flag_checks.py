@@ -117,15 +117,15 @@ def check_pretrained_tokenizer(model: str, tokenizer: str | None) -> None:
     """``--tokenizer`` with a pretrained ``--model`` that has a tokenizer of its own: refused unless it
     is that tokenizer (the same vocabulary). The model's embeddings mean its own tokenizer's ids;
     another tokenizer's ids index the same rows and would train on noise."""
-    from raptor.data.model_source import FAMILY_NAMES
+    from raptor.data.model_source import FAMILY_NAMES, shipped_models
 
     if tokenizer is None or model in FAMILY_NAMES:
         return
-    from raptor.shipped import BUILT, SHIPPED, resolve
+    from raptor.data.model_source import model_directory
 
-    directory = Path(resolve(model)) if model in SHIPPED or model in BUILT else Path(model)
+    directory = model_directory(model)
     own = [n for n in ("tokenizer.json", "vocab.txt") if (directory / n).is_file()]
-    given = Path(resolve(tokenizer)) if tokenizer in SHIPPED or tokenizer in BUILT else Path(tokenizer).expanduser()
+    given = model_directory(str(Path(tokenizer).expanduser()) if tokenizer not in shipped_models() else tokenizer)
     if not own or not given.exists():
         return
     if given.resolve() in (directory.resolve(), (directory / own[0]).resolve()):

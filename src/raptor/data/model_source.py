@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING
 
 from raptor.errors import CheckpointError
 from raptor.moe.names import FAMILY_NAMES
+from raptor.shipped import DEFAULT_MODEL  # the model of a run that names none (re-exported)
 
 if TYPE_CHECKING:  # torch, transformers and tokenizers are imported on use (fast CLI start-up)
     import torch
 
     from raptor.data import ClassificationData
 
-#: the model of a run that names none: the upcycled all-MiniLM-L6-v2 (:mod:`raptor.shipped`, built
-#: on first use); the tiny random families stay available by name
-DEFAULT_MODEL = "minilm-moe"
+
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,13 @@ def load_model_and_tokenizer(source: ModelSource, public: ClassificationData, nu
         model = load_model(source.model, num_labels=num_labels, generator=generator)
     check_tokenizer_matches_model(tokenizer, model.config)
     return model, tokenizer
+
+
+def model_directory(name: str) -> Path:
+    """The directory a ``--model`` name means: a shipped or built model's (built on first use), else the path."""
+    from raptor.shipped import model_directory as directory
+
+    return directory(name)
 
 
 def shipped_models() -> tuple[str, ...]:

@@ -24,6 +24,19 @@ SHIPPED: dict[str, str] = {
                            "TinyStories, Gutenberg; no IMDB), with its WordPiece tokenizer"),
 }
 
+#: the model of a run that names none (``raptor train``, ``raptor.fine_tune(None, ...)``): the
+#: upcycled all-MiniLM-L6-v2, built on first use (:data:`BUILT`); the tiny families stay available by name
+DEFAULT_MODEL = "minilm-moe"
+
+
+def cache_root() -> Path:
+    """Where built models (and what runs cache from public data) live: ``$RAPTOR_CACHE``, else
+    ``~/.cache/raptor``."""
+    import os
+
+    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor")
+
+
 #: the file the shipped models carry their declared public corpus in (held-out public lines)
 PUBLIC_CORPUS_FILE = "public_corpus.txt"
 #: every file name a pre-trained model directory may carry its public corpus in, in order of
@@ -77,6 +90,11 @@ def report_shadowing(name, flag: str | None = None) -> None:
 
     _SHADOW_REPORTED.add(name)
     warnings.warn(shadow_message(name, flag), RaptorWarning, stacklevel=3)
+
+
+def model_directory(name: str) -> Path:
+    """The directory of a shipped or built model's short name (built on first use), else ``name`` as a path."""
+    return Path(resolve(name)) if name in SHIPPED or name in BUILT else Path(name)
 
 
 def resolve(name_or_path):

@@ -25,6 +25,7 @@ from pathlib import Path
 from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
 from raptor.accounting.rules import alternating_phase
 from raptor.errors import ConfigError
+from raptor.shipped import DEFAULT_MODEL  # the model of a run that names none (re-exported)
 from raptor.training.methods import METHOD_SPECS
 
 #: Training methods (METHOD.md, "Baselines"): the keys of the method table, its one source.
@@ -234,6 +235,16 @@ def method_default_lora(model: str | None, method: str) -> bool:
 
 #: the trainable sets that ``TrainConfig.lora`` turns into LoRA adapters on the same parameters
 TRAINABLE_LORA: tuple[str, ...] = ("roles", "shared", "experts", "all")
+
+
+def default_train_config(method: str = "raptor", model: str | None = DEFAULT_MODEL, lora: bool | None = None):
+    """The library's defaults for ``method`` on ``model`` (:func:`raptor.recipes.default_recipe`
+    documents them): LoRA on a pre-trained model unless ``lora`` says, the learning rate of the
+    model's kind and of LoRA or full weights; ``model=None``: a model passed in without a name, on
+    full weights."""
+    lora = (method_default_lora(model, method) if model is not None else False) if lora is None else bool(lora)
+    return TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
+                       optim=OptimConfig(lr=default_lr(model, lora=lora or method == "dp-lora")))
 
 
 def default_lr(model: str | None, lora: bool | None = None) -> float:

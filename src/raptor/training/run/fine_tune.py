@@ -104,9 +104,9 @@ def fine_tune(model: nn.Module | str | None, tokenizer, train: Rows, validation:
     if model is None or isinstance(model, str):
         model, tokenizer, name = load_named_model(model, tokenizer, train, config, opts)
         if config is None:
-            from raptor.recipes import default_recipe
+            from raptor.training.config import default_train_config
 
-            config = default_recipe(model=name)
+            config = default_train_config(model=name)
     return run_fine_tune(model, tokenizer, train, validation, config, opts, public=public, model_name=name)
 
 

@@ -98,10 +98,9 @@ def routing_cache_dir(model_name: str | None) -> Path | None:
     """Where a run on ``model_name`` caches its public routing: ``$RAPTOR_CACHE/public_routing`` for a
     model loaded from a directory (a built, shipped or saved one), None otherwise (a tiny random
     family's weights are new on every run)."""
-    from raptor.shipped import BUILT, SHIPPED
+    from raptor.shipped import BUILT, SHIPPED, cache_root
 
     if not model_name or not (model_name in SHIPPED or model_name in BUILT or Path(model_name).is_dir()):
         return None
-    from raptor.pretrain.minilm import cache_root
 
     return cache_root() / "public_routing"
