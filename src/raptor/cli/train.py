@@ -228,6 +228,10 @@ def _add_run_arguments(run_g) -> None:
                        help="OUTPUT_DIR/checkpoint of a run to continue (same settings and data) (default: none)")
     run_g.add_argument("--no-progress", action="store_true",
                        help="no progress bars, transformers' loading/writing bars included (default: shown)")
+    run_g.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE",
+                       help="any other config field by its dotted path, type-checked against the configs: e.g. "
+                            "--set privacy.pseudo_count=0.5 --set optim.betas=0.9,0.95 --set optim.weight_decay=0 "
+                            "(repeatable; an unknown FIELD lists them all) (default: none)")
     run_g.add_argument("--metric", nargs="+", default=None, choices=METRICS,
                        help="dev metrics, the first is the main one (default: the task's; accuracy for a "
                             "classification --train-file, pearson and spearman for regression)")
@@ -263,10 +267,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     :func:`raptor.training.config.resolve_batch_size`), ``--lr`` the default of the model kind
     (:func:`default_lr`)."""
     from raptor.cli.recipe import apply_recipe
+    from raptor.cli.set_fields import apply_sets
     from raptor.training.run.preflight import flag_message
 
     try:
-        return _config_from_args(apply_recipe(args))
+        return apply_sets(_config_from_args(apply_recipe(args)), getattr(args, "set", None))
     except ConfigError as err:
         raise flag_message(err) from None
 
