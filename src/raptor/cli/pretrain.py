@@ -102,7 +102,7 @@ def check_top_k(args: argparse.Namespace, config: PretrainConfig) -> None:
     """An explicit ``--top-k`` is refused where the family routes top-1 (it has no top-k to set); with
     ``--init-from``, a size flag or a ``--family`` other than the checkpoint's is refused (the
     checkpoint's are used)."""
-    from raptor.moe.adapters import get_adapter
+    from raptor.pretrain.lm import routes_top1
 
     if args.init_from is not None:
         given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in _SIZES if getattr(args, n) != _FLAGS[n][1]]
@@ -113,7 +113,7 @@ def check_top_k(args: argparse.Namespace, config: PretrainConfig) -> None:
             raise ConfigError(f"--family {args.family}: --init-from {args.init_from} is a {config.family} checkpoint, "
                               "and continued pre-training keeps its family; leave --family out")
 
-    if args.top_k is not None and get_adapter(config.family).top1:
+    if args.top_k is not None and routes_top1(config.family):
         given = f"--init-from {args.init_from}'s family" if args.init_from else f"--family {config.family}"
         raise ConfigError(f"--top-k {args.top_k}: {given} ({config.family}) routes every token to one expert (top-1) "
                           "and has no top-k to set; leave --top-k out, or choose a top-k family (olmoe, mixtral, "

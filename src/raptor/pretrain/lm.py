@@ -35,6 +35,11 @@ from raptor.moe.adapters import get_adapter
 from raptor.moe.models import FAMILIES, init_weights_, without_load_report
 
 MLM_FAMILIES = tuple(f for f in FAMILIES if get_adapter(f).pretrain_objective == "mlm")
+
+
+def routes_top1(family: str) -> bool:
+    """Whether ``family`` routes every token to one expert (no top-k to set)."""
+    return bool(get_adapter(family).top1)
 CAUSAL_FAMILIES = tuple(f for f in FAMILIES if f not in MLM_FAMILIES)
 
 
