@@ -52,7 +52,7 @@ else
   TRAIN=(--steps 12 --batch-size 64 --max-train-samples 4000 --max-eval-samples 200)
   SPEED=(--reps 3 --real OLMoE-1B-7B Switch-base-8 DeepSeek-VL2-Tiny)
 fi
-TRAIN+=(--eval-every 0 --seed 0 --no-progress --device "$DEVICE")
+TRAIN+=(--model switch_transformers --eval-every 0 --seed 0 --no-progress --device "$DEVICE")
 
 for dt in float32 bfloat16; do
   step "train_1proc_$dt" 60 "$PY" -m raptor.cli.main train "${TRAIN[@]}" --dtype "$dt" --output-dir "$OUT/train_1proc_$dt"

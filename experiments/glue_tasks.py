@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 #: flags shared by every run (``--epsilon`` is ignored by ``nonprivate``)
-COMMON: tuple[str, ...] = ("--public-size", "0.05", "--lr", "3e-3", "--epsilon", "8", "--seed", "0", "--no-progress")
+COMMON: tuple[str, ...] = ("--model", "switch_transformers", "--public-size", "0.05", "--lr", "3e-3", "--epsilon", "8", "--seed", "0", "--no-progress")
 METHODS: tuple[str, ...] = ("nonprivate", "raptor")
 
 
