@@ -60,7 +60,7 @@ class TaskRun:
         if self.derived_from is None:
             head = ["--task", self.task]
         else:
-            train, dev = DERIVED[self.task](Path(data_dir), Path(work))
+            train, dev = derived_paths(self.task, Path(work))
             head = ["--train-file", str(train), "--validation-file", str(dev),
                     "--text-column", "sentence1", "sentence2", "--label-column", "label"]
         out = [*head, "--batch-size", str(self.batch_size), "--epochs", f"{self.epochs:g}",
@@ -80,6 +80,11 @@ TASKS: dict[str, TaskRun] = {t.task: t for t in (
 )}
 
 
+def derived_paths(task: str, work: Path) -> tuple[Path, Path]:
+    """Where a derived task's train and dev CSV files go (written by :data:`DERIVED` before its run)."""
+    return work / f"{task}_train.csv", work / f"{task}_dev.csv"
+
+
 def stsb3_files(data_dir: Path, work: Path) -> tuple[Path, Path]:
     """A 3-class task from STS-B (GLUE has no 3-class task in ../shared): its similarity score binned
     into ``low`` (< 2), ``mid`` (2 to < 3.5) and ``high`` (>= 3.5), as two CSV files in ``work``
@@ -88,8 +93,7 @@ def stsb3_files(data_dir: Path, work: Path) -> tuple[Path, Path]:
 
     work.mkdir(parents=True, exist_ok=True)
     out = []
-    for split in ("train", "dev"):
-        target = work / f"stsb3_{split}.csv"
+    for split, target in zip(("train", "dev"), derived_paths("stsb3", work), strict=True):
         with (data_dir / "STS-B" / f"{split}.tsv").open(newline="", encoding="utf-8") as fh, \
                 target.open("w", newline="", encoding="utf-8") as dst:
             rows = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -197,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         for method in args.methods:
             out_dir = Path(args.runs_dir) / f"{name}_{method}"
             run_argv = command(TASKS[name], method, args.data_dir, out_dir, extra)
+            if TASKS[name].derived_from is not None and not all(p.is_file() for p in derived_paths(name, out_dir.parent)):
+                DERIVED[name](Path(args.data_dir), out_dir.parent)
             result = out_dir / "results.json"
             meta_file = out_dir / "run_meta.json"
             if result.exists() and not args.force:
