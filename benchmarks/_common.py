@@ -216,3 +216,16 @@ class Clock:
     def take(self) -> dict[str, float]:
         out, self.current = dict(self.current), defaultdict(float)
         return out
+
+
+def write_report(report: dict, out) -> None:
+    """Write a benchmark's JSON report to ``out`` (a path; None: nothing) and say where."""
+    if out is None:
+        return
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {out}")

@@ -24,7 +24,6 @@ Run: ``.venv/bin/python benchmarks/update_speed.py`` (writes ``results/update_sp
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -206,11 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args.updates = args.updates or (2 if q else 4)
     report = run(args)
     print(table(report))
-    out = args.out if args.out is not None else (None if q else DEFAULT_OUT)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {out}")
+    _common.write_report(report, args.out if args.out is not None else (None if q else DEFAULT_OUT))
     return 0
 
 

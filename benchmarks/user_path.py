@@ -315,11 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         args.library_updates = 1 if q else 3
     report = run(args)
     print(table(report))
-    out = args.out if args.out is not None else (None if q else DEFAULT_OUT)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=1) + "\n")
-        print(f"wrote {out}")
+    _common.write_report(report, args.out if args.out is not None else (None if q else DEFAULT_OUT))
     return 0
 
 

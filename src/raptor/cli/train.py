@@ -62,7 +62,7 @@ from raptor.training.config import (
     PrivacyConfig,
     Schedule,
     TrainConfig,
-    default_lr,
+    method_default_lr,
 )
 from raptor.training.names import METRICS
 
@@ -265,7 +265,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The run's config; a field error names the flag (``--epsilon must be a positive number``).
     ``--batch-size`` left to its default stays None (the run resolves it to N/10,
     :func:`raptor.training.config.resolve_batch_size`), ``--lr`` the default of the model kind
-    (:func:`default_lr`)."""
+    (:func:`method_default_lr`)."""
     from raptor.cli.recipe import apply_recipe
     from raptor.cli.set_fields import apply_sets
     from raptor.training.run.preflight import flag_message
@@ -295,7 +295,7 @@ def _config_from_args(args: argparse.Namespace) -> TrainConfig:
         performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
                                       memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
         optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else
-                          default_lr(args.model, lora=bool(args.lora) or args.method == "dp-lora"),
+                          method_default_lr(args.model, args.method, bool(args.lora)),
                           lr_expert=args.lr_expert),
     )
     return config

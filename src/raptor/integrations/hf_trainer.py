@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainingArguments
 
-from raptor.errors import ConfigError
+from raptor.errors import ConfigError, RaptorWarning
 from raptor.training.config import TrainConfig
 
 #: keys of the Trainer's logs computed from the private training batches (dropped from every log)
@@ -179,8 +179,9 @@ class DPTrainer(Trainer):
         self._private_run = run
         self._private_dataset = dataset
         if self.args.max_grad_norm:
-            print(f"raptor: TrainingArguments.max_grad_norm={self.args.max_grad_norm} is not applied: each record's "
-                  "gradient is clipped per group before the noise (PrivacyArguments clip norms)", file=sys.stderr)
+            warnings.warn(f"TrainingArguments.max_grad_norm={self.args.max_grad_norm} is not applied: each record's "
+                          "gradient is clipped per group before the noise (PrivacyArguments clip norms)",
+                          RaptorWarning, stacklevel=2)
             self.args.max_grad_norm = 0.0  # a global clip of the noisy gradient would only shrink the update
         self.args.max_steps = run.plan.steps  # the Trainer runs exactly the planned updates
         self.model = self.model_wrapped = run.model  # a method's LoRA wraps the model

@@ -47,9 +47,9 @@ PUBLIC_MAX_LENGTH = 64
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The model cache: ``cache_dir`` when given, else ``$RAPTOR_CACHE`` when set (the CLI's way to
     move it), else ``~/.cache/raptor``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor").expanduser()
+    from raptor.shipped import cache_root as default_root
+
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_root()
 
 
 def public_batches(tokenizer, texts: list[str], batch_size: int = 32, max_length: int = PUBLIC_MAX_LENGTH):

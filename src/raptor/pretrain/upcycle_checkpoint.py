@@ -63,8 +63,9 @@ def check_top_k(model_type, top_k: int | None, num_experts: int) -> int:
 
 def count_public_tokens(batches, exclude_ids: Sequence[int]) -> int:
     """The real tokens of the tokenized public batches (mask 1, not a special token): what k-means fits."""
-    excluded = torch.tensor(sorted(set(exclude_ids)), dtype=torch.long)
-    return sum(int((mask.bool() & ~torch.isin(ids, excluded)).sum()) for ids, mask in batches)
+    excluded = sorted(set(exclude_ids))
+    return sum(int((mask.bool() & ~torch.isin(ids, torch.tensor(excluded, dtype=torch.long, device=ids.device))).sum())
+               for ids, mask in batches)
 
 
 def _lock(out: Path):

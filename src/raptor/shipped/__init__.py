@@ -34,7 +34,7 @@ def cache_root() -> Path:
     ``~/.cache/raptor``."""
     import os
 
-    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor")
+    return Path(os.environ.get("RAPTOR_CACHE") or Path.home() / ".cache" / "raptor").expanduser()
 
 
 #: the file the shipped models carry their declared public corpus in (held-out public lines)

@@ -223,18 +223,22 @@ def default_lora(model: str | None) -> bool:
     return not is_tiny_model(model)
 
 
+#: the trainable sets that ``TrainConfig.lora`` turns into LoRA adapters on the same parameters
+TRAINABLE_LORA: tuple[str, ...] = ("roles", "shared", "experts", "all")
+
+
 def method_default_lora(model: str | None, method: str) -> bool:
     """``TrainConfig.lora`` of a run that does not say: :func:`default_lora` for the methods whose
     trainable set LoRA can replace (built from roles: ``TRAINABLE_LORA``), False for the rest
     (dp-lora is LoRA by its method, last-layer full weights by its)."""
-    from raptor.training.methods import METHOD_SPECS
-
     spec = METHOD_SPECS.get(method)
     return default_lora(model) and spec is not None and spec.trainable in TRAINABLE_LORA
 
 
-#: the trainable sets that ``TrainConfig.lora`` turns into LoRA adapters on the same parameters
-TRAINABLE_LORA: tuple[str, ...] = ("roles", "shared", "experts", "all")
+def method_default_lr(model: str | None, method: str, lora: bool) -> float:
+    """:func:`default_lr` of a run of ``method`` with ``TrainConfig.lora=lora`` (dp-lora trains LoRA
+    whatever the flag says)."""
+    return default_lr(model, lora=lora or method == "dp-lora")
 
 
 def default_train_config(method: str = "raptor", model: str | None = DEFAULT_MODEL, lora: bool | None = None):
@@ -244,7 +248,7 @@ def default_train_config(method: str = "raptor", model: str | None = DEFAULT_MOD
     full weights."""
     lora = (method_default_lora(model, method) if model is not None else False) if lora is None else bool(lora)
     return TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
-                       optim=OptimConfig(lr=default_lr(model, lora=lora or method == "dp-lora")))
+                       optim=OptimConfig(lr=method_default_lr(model, method, lora)))
 
 
 def default_lr(model: str | None, lora: bool | None = None) -> float:

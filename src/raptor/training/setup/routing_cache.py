@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -76,8 +77,8 @@ def cached_public_routing(model: nn.Module, public: Mapping[str, torch.Tensor], 
     if path.is_file():
         try:
             entry = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:  # a truncated or foreign file: recompute and replace it  # noqa: BLE001
-            entry = None
+        except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):  # truncated or foreign
+            entry = None  # recomputed and replaced below
         if _valid(entry, key, n):
             return {int(k): v for k, v in entry["owners"].items()}
     owners = compute()
