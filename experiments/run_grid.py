@@ -1,4 +1,4 @@
-"""The paper's grid (issue 12): every method x epsilon x seed on a GLUE task, from a warm start or
+"""The paper's grid: every method x epsilon x seed on a GLUE task, from a warm start or
 random init, with a matched tuning budget; resumable, in process through the library.
 
     python experiments/run_grid.py --grid sst2_switch --model-dir /work/runs/switch-warm \\
@@ -25,6 +25,13 @@ Several processes may work on one grid (``--shard K/N``, or one started by hand 
 each claims the cell it runs (raptor.analysis.claims), skips a cell another one is running,
 and selects a group's configuration only once all of its tuning cells have finished.
 Cells are seeded (reproducible, NOT secure randomness): this is an experiment, not a release.
+
+Configs: a cell's hparams are fields of the grid's recipe (``raptor.recipes.grid_recipe``,
+``HPARAM_FIELDS``), and its TrainConfig is that recipe with them (``build_config``). A search space
+(``--space``) is a function of the method over recipes: ``paper`` and ``minilm`` carry the
+reference's protocol (``reference_recipe``), ``demo`` the demo's (``switch_demo_recipe``),
+``reference`` the reference grid's (``reference_grid_recipe``); a variant (``raptor-split``, ...) is
+a library method at the settings of its recipe (``raptor.recipes.VARIANT_RECIPES``).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import torch
@@ -46,19 +53,77 @@ import torch
 from raptor._hashing import sha256_file
 from raptor.analysis.grid import Cell, git_revision, read_records, run_grid
 from raptor.errors import ConfigError
-from raptor.recipes import REFERENCE_GRID
+from raptor.recipes import (
+    REFERENCE_GRID,
+    VARIANT_RECIPES,
+    grid_recipe,
+    reference_grid_recipe,
+    reference_recipe,
+    switch_demo_recipe,
+)
 from raptor.training.config import METHODS
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # --results-dir replaces it
 DP_METHODS = tuple(m for m in METHODS if m != "nonprivate")
 #: ``--space reference``: the reference's methods by their names, each at its own grid settings
-#: (raptor.recipes.REFERENCE_GRID); "ours" is the grid's ``raptor`` and "upper_bound" its ``nonprivate``
-REFERENCE_METHODS = tuple(m for m in REFERENCE_GRID if m not in ("ours", "upper_bound"))
-GRID_METHODS = (*METHODS, "raptor-split", *REFERENCE_METHODS)
+#: (raptor.recipes.REFERENCE_GRID); the grid's ``raptor`` is the reference's "ours" and its
+#: ``nonprivate`` the reference's "upper_bound"
+REFERENCE_NAMES = {"raptor": "ours", "nonprivate": "upper_bound"}
+REFERENCE_METHODS = tuple(m for m in REFERENCE_GRID if m not in REFERENCE_NAMES.values())
+#: grid methods that are a library method at fixed settings: each a recipe (its config's ``method``
+#: is the library method it runs), with its own row in every table
+VARIANTS = {**VARIANT_RECIPES, **{m: partial(reference_grid_recipe, m) for m in REFERENCE_METHODS}}
+GRID_METHODS = (*METHODS, *VARIANTS)
+#: the search spaces that give each variant its settings: a variant runs only under these
+VARIANT_SPACES = {"raptor-split": ("paper",), "raptor-head": ("paper", "minilm"), "dpsgd-head": ("paper", "minilm"),
+                  **{m: ("reference",) for m in REFERENCE_METHODS}}
+#: plot colours of the variants (the library methods' are raptor.analysis.paper_table.METHOD_COLOURS)
+VARIANT_COLOURS = dict(zip(VARIANTS, ("tab:pink", "tab:olive", "black", "gold", "navy", "magenta", "lime", "teal",
+                                      "salmon")))
+
+
+def library_method(method: str) -> str:
+    """The library method a grid method runs: a variant's, its recipe's (``raptor-split``: raptor)."""
+    return VARIANTS[method]().method if method in VARIANTS else method
+
 
 # ------------------------------------------------------------------------------------------------
-# The search space: the same number of configurations for every method (matched budget).
+# A cell's settings: hparams, each a field of the grid's recipe (raptor.recipes.grid_recipe).
+# ------------------------------------------------------------------------------------------------
+
+#: a cell's hparam -> the TrainConfig field it sets. The other hparams: the data (``n_pub``, ``n_sel``,
+#: ``n_train``), the head's initialisation (``head``) and the clip (``clip``: one C for both streams, a
+#: number or a quantile of the public norms calibrated per cell, see ``clip_value``)
+HPARAM_FIELDS = {"B": "batch_size", "epochs": "epochs", "max_len": "max_length", "lora": "lora",
+                 "freeze_head": "freeze_head", "layers": "layers", "opt": "optim.name", "lr": "optim.lr",
+                 "lr_expert": "optim.lr_expert", "clip_rule": "privacy.clip_rule",
+                 "shared_ratio": "privacy.shared_ratio", "shared_split": "privacy.shared_split"}
+
+
+def hparams_of(config, names: Sequence[str]) -> dict:
+    """The hparams ``names`` as ``config`` (a recipe's TrainConfig) sets them: what a cell carries of
+    a recipe. ``clip``: its one C (C_s = C_e); ``layers``: a rule or comma-separated indices."""
+    out = {}
+    for name in names:
+        if name == "clip":
+            privacy = config.privacy
+            if privacy.clip_shared != privacy.clip_expert:
+                raise ConfigError(f"a cell's clip is one C for both streams; the recipe's C_s {privacy.clip_shared} "
+                                  f"and C_e {privacy.clip_expert} differ")
+            out[name] = privacy.clip_shared
+            continue
+        value = config
+        for part in HPARAM_FIELDS[name].split("."):
+            value = getattr(value, part)
+        out[name] = ",".join(str(v) for v in value) if isinstance(value, tuple) else value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The search spaces: each a function of the grid method, returning its configurations (hparams), the
+# same number for every DP method (matched budget). A space over a recipe carries the recipe's
+# settings into each of its configurations (hparams_of).
 # ------------------------------------------------------------------------------------------------
 
 #: learning rates every DP method searches over (AdamW)
@@ -73,30 +138,13 @@ RAPTOR_SPACE = tuple({"lr": lr, "clip": "pub-median", "shared_ratio": r, "clip_r
 NONPRIVATE_SPACE = tuple({"lr": lr} for lr in (1e-3, 3e-3, 3e-4, 1e-2))
 #: configurations per method actually searched (``--configs``): the first K of each space
 CONFIGS = 2
-
-#: ``--space demo``: ONE fixed configuration per method, the recipe of ``raptor demo`` (plain SGD,
-#: lr 2, C = 1, one epoch; RAPTOR's shared ratio 0.9, chosen on the demo's public data for the warm
-#: model, whose experts carry almost no gradient). One configuration is a matched budget of one: no
-#: tuning stage runs, the final seeds run it directly. Non-private: AdamW lr 1e-3 for 3 epochs (a
-#: ceiling, not a DP method).
-DEMO_SPACES = {
-    "nonprivate": ({"lr": 1e-3, "epochs": 3.0},),
-    "raptor": ({"opt": "sgd", "lr": 2.0, "clip": 1.0, "shared_ratio": 0.9},),
-    "baseline": ({"opt": "sgd", "lr": 2.0, "clip": 1.0},),
-}
-#: ``--space demo-expert-lr``: the demo's recipe with RAPTOR's expert stream at lr 2/8: the public
-#: denominator n_hat_e = B pi_e (pi_e about 1/8 here) makes an expert's step about 8x the step a
-#: division by B gives; this undoes that scale on average (a RAPTOR knob, inside its budget of one)
-DEMO_EXPERT_LR_RAPTOR = ({"opt": "sgd", "lr": 2.0, "clip": 1.0, "shared_ratio": 0.9, "lr_expert": 0.25},)
-#: ``--space expert-lr``: the default spaces, except RAPTOR's expert stream at lr / 8 in each of its
-#: configurations (both shipped warm starts have E = 8 experts, so pi_e is about 1/8 and n_hat_e about
-#: B / 8: lr / 8 undoes the public denominator's scale-up of an expert's step on average). RAPTOR's
-#: budget stays the same number of configurations; the baselines' cells are the default space's.
+#: ``--space expert-lr``: RAPTOR's expert stream at lr / 8 in each of its configurations (both shipped
+#: warm starts have E = 8 experts, so pi_e is about 1/8 and n_hat_e about B / 8: lr / 8 undoes the
+#: public denominator's scale-up of an expert's step on average)
 EXPERT_LR_RAPTOR_SPACE = tuple({**c, "lr_expert": c["lr"] / 8} for c in RAPTOR_SPACE)
-#: ``--space shared-ratio-0.9``: the default spaces, except RAPTOR's shared ratio r = 0.9 instead of 0.3
-#: in each of its configurations (the shared stream then gets 90% of the inverse noise variance,
-#: sigma_s = sigma_eff / sqrt(0.9), near DP-SGD's sigma, instead of sigma_eff / sqrt(0.3)); the same
-#: budget; the baselines' cells are the default space's.
+#: ``--space shared-ratio-0.9``: RAPTOR's shared ratio r = 0.9 instead of 0.3 in each of its
+#: configurations (the shared stream then gets 90% of the inverse noise variance, sigma_s =
+#: sigma_eff / sqrt(0.9), near DP-SGD's sigma, instead of sigma_eff / sqrt(0.3))
 SHARED_RATIO_RAPTOR_SPACE = tuple({**c, "shared_ratio": 0.9} for c in RAPTOR_SPACE if c["shared_ratio"] == 0.3)
 #: ``--space first-layer``: ``shared-ratio-0.9`` with RAPTOR protecting MoE layer 0 instead of the
 #: public-entropy pick. A classifier that pools the LAST token of a causal model (OLMoE) reads the
@@ -104,106 +152,121 @@ SHARED_RATIO_RAPTOR_SPACE = tuple({**c, "shared_ratio": 0.9} for c in RAPTOR_SPA
 #: over all its tokens) gets a gradient only when the last token routes to it; an early layer's
 #: experts reach the pooled token at every position through attention.
 FIRST_LAYER_RAPTOR_SPACE = tuple({**c, "layers": "0"} for c in SHARED_RATIO_RAPTOR_SPACE)
-#: ``--space paper``: the reference's protocol (issue 22; ``raptor.training.config.reference_recipe``):
-#: the roles-built methods (dpsgd, dpsgd-full, raptor, and the non-private ceiling) train LoRA r 8 on
-#: attention and on the experts of the LAST MoE layer (dpsgd-full: of every layer) with the label-word
-#: head FROZEN; dp-lora and last-layer keep their own definitions (their head trained, as it made
-#: last-layer the best baseline so far); ``raptor-split`` is RAPTOR with the head trained in its own
-#: clipping group of the shared stream (``--shared-split head``). Every DP method: the same two
-#: learning rates, C from the public median norm of its own groups; RAPTOR at the reference's shared
-#: ratio 0.3 with the per-expert median-ratio clip rule.
+
+
+def default_space(method: str, raptor: tuple[dict, ...] = RAPTOR_SPACE) -> tuple[dict, ...]:
+    """``--space default``, over the grid's recipe alone; ``expert-lr``, ``shared-ratio-0.9`` and
+    ``first-layer`` are the same with RAPTOR's own space ``raptor`` (the same budget; the other
+    methods' cells are the default space's)."""
+    if method == "nonprivate":
+        return NONPRIVATE_SPACE
+    return raptor if method == "raptor" else BASELINE_SPACE
+
+
+#: ``--space demo``'s non-private ceiling (not a DP method): AdamW lr 1e-3 for 3 epochs
+DEMO_NONPRIVATE_SPACE = ({"lr": 1e-3, "epochs": 3.0},)
+
+
+def demo_space(method: str, expert_lr: bool = False) -> tuple[dict, ...]:
+    """``--space demo``: ONE fixed configuration per method, the recipe of ``raptor demo`` on the
+    shipped warm start (:func:`raptor.recipes.switch_demo_recipe`: plain SGD, lr 2, C = 1; RAPTOR's
+    shared ratio 0.9), with RAPTOR's expert stream at the shared lr. One configuration is a matched
+    budget of one: no tuning stage runs, the final seeds run it directly. ``demo-expert-lr``
+    (``expert_lr``): RAPTOR's expert stream at the recipe's own lr, 2 / 8 (the public denominator
+    n_hat_e = B pi_e, pi_e about 1/8 here, makes an expert's step about 8x the step a division by B
+    gives; a RAPTOR knob, inside its budget of one)."""
+    if method == "nonprivate":
+        return DEMO_NONPRIVATE_SPACE
+    names = ("opt", "lr", "clip")
+    if method == "raptor":
+        names += ("shared_ratio", "lr_expert") if expert_lr else ("shared_ratio",)
+    return (hparams_of(switch_demo_recipe(method).config, names),)
+
+
+#: the reference protocol's settings a cell carries (its B, epochs, max length and lr are the grid's)
+PROTOCOL_HPARAMS = ("lora", "freeze_head", "layers")
+PAPER_PROTOCOL = hparams_of(reference_recipe("raptor"), PROTOCOL_HPARAMS)
 #: ``--configs 3`` adds a third learning rate to every method (8e-3 for the DP methods, which all
 #: selected the top of the first two; 3e-4 for the non-private ceiling, which selected the bottom):
-#: the first two configurations, and so every cell of the two-lr table, are unchanged.
-PAPER_PROTOCOL = {"lora": True, "freeze_head": True, "layers": "last"}
+#: the first two configurations, and so every cell of the two-lr table, are unchanged
 PAPER_LRS = (*LRS, 8e-3)
-PAPER_SPACES = {
-    "nonprivate": tuple({**PAPER_PROTOCOL, "lr": lr} for lr in (1e-3, 3e-3, 3e-4)),
-    "roles": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median"} for lr in PAPER_LRS),
-    "own-head": tuple({"lr": lr, "clip": "pub-median"} for lr in PAPER_LRS),
-    "raptor": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median", "shared_ratio": 0.3,
-                     "clip_rule": "median-ratio"} for lr in PAPER_LRS),
-    "raptor-split": tuple({**PAPER_PROTOCOL, "freeze_head": False, "shared_split": "head", "lr": lr,
-                           "clip": "pub-median", "shared_ratio": 0.3, "clip_rule": "median-ratio"}
-                          for lr in PAPER_LRS),
-    # diagnostic only (stream_ablation.py, not the seven-method table): the head trained inside
-    # RAPTOR's one shared clip, as dp-lora trains it, with most of the budget on the shared stream
-    "raptor-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median",
-                          "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in PAPER_LRS),
-    # its one-clip control: the same trainable set (head included) under one clip and one sigma
-    "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in PAPER_LRS),
-}
-#: ``--space minilm`` (issue 33): the paper protocol on the upcycled all-MiniLM-L6-v2 (``minilm-moe``),
-#: with the learning rates of the issue's prototype (5e-3, 2e-3: both within 0.01 of each other there)
-#: and RAPTOR at the prototype's shared ratio 0.5; two configurations per DP method (matched budget).
-#: The head comes from ``--head-init`` (``public-fit``: fitted on the public slice, then frozen for
-#: the roles-built methods; dp-lora and last-layer train theirs from that start).
 MINILM_LRS = (5e-3, 2e-3)
-MINILM_SPACES = {
-    "nonprivate": tuple({**PAPER_PROTOCOL, "lr": lr} for lr in (1e-3,)),
-    "roles": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
-    "own-head": tuple({"lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
-    "raptor": tuple({**PAPER_PROTOCOL, "lr": lr, "clip": "pub-median", "shared_ratio": 0.5,
-                     "clip_rule": "median-ratio"} for lr in MINILM_LRS),
-    "raptor-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median",
-                          "shared_ratio": 0.9, "clip_rule": "median-ratio"} for lr in MINILM_LRS),
-    "dpsgd-head": tuple({**PAPER_PROTOCOL, "freeze_head": False, "lr": lr, "clip": "pub-median"} for lr in MINILM_LRS),
-}
-#: ``--space reference``: ONE fixed configuration per method, the reference grid's own batch size,
-#: learning rate, epochs and trainable set for it (no tuning: the paper's settings, not a matched
-#: budget), C_s = C_e = 1 and RAPTOR's shared ratio 0.3 as in the reference. The head comes from
-#: ``--head-init``; the reference's own methods train theirs or keep it frozen as the grid says.
-REFERENCE_NAMES = {"raptor": "ours", "nonprivate": "upper_bound"}
+#: the methods that keep their own definitions under the protocol (their head trained, as it made
+#: last-layer the best baseline so far)
+OWN_DEFINITION = ("dp-lora", "last-layer")
+
+
+def protocol_space(method: str, *, lrs: Sequence[float], nonprivate_lrs: Sequence[float],
+                   raptor_ratio: float | None = None) -> tuple[dict, ...]:
+    """The reference's protocol (:func:`raptor.recipes.reference_recipe`), one configuration per
+    learning rate of ``lrs``: the roles-built methods (dpsgd, dpsgd-full, shared-only, expert-only,
+    raptor and the non-private ceiling) train LoRA r 8 on attention and on the experts of the LAST MoE
+    layer with the head FROZEN; dp-lora and last-layer keep their own definitions; a variant is its
+    recipe (``raptor-split``: :func:`raptor.recipes.raptor_split_recipe`, the head trained in its own
+    clipping group of the shared stream). Every DP method: C from the public median norm of its own
+    groups; RAPTOR and its variants at their recipe's shared ratio (``raptor_ratio``: RAPTOR's own)
+    with the per-expert median-ratio clip rule.
+
+    ``--space paper``: lrs 5e-4, 2e-3 (8e-3 with ``--configs 3``). ``--space minilm``: the protocol on
+    the upcycled all-MiniLM-L6-v2 (``minilm-moe``) at lrs 5e-3, 2e-3 and RAPTOR's shared ratio 0.5.
+    The head comes from ``--head-init`` (``public-fit``: fitted on the public slice, then frozen
+    for the roles-built methods; dp-lora and last-layer train theirs from that start)."""
+    if method in OWN_DEFINITION:
+        return tuple({"lr": lr, "clip": "pub-median"} for lr in lrs)
+    recipe = VARIANTS[method]() if method in VARIANTS else reference_recipe(method)
+    split = ("shared_split",) if recipe.privacy.shared_split != "none" else ()
+    protocol = hparams_of(recipe, PROTOCOL_HPARAMS + split)
+    if method == "nonprivate":
+        return tuple({**protocol, "lr": lr} for lr in nonprivate_lrs)
+    if recipe.method != "raptor":
+        return tuple({**protocol, "lr": lr, "clip": "pub-median"} for lr in lrs)
+    ratio = raptor_ratio if method == "raptor" and raptor_ratio is not None else recipe.privacy.shared_ratio
+    return tuple({**protocol, "lr": lr, "clip": "pub-median", "shared_ratio": ratio, "clip_rule": "median-ratio"}
+                 for lr in lrs)
+
+
+#: the reference grid's settings a ``--space reference`` cell carries
+REFERENCE_HPARAMS = ("B", "lr", "epochs", "lora", "freeze_head", "layers", "clip", "shared_ratio")
 
 
 def reference_space(method: str) -> tuple[dict, ...]:
-    s = REFERENCE_GRID[REFERENCE_NAMES.get(method, method)]
-    return ({"B": s.batch_size, "lr": s.lr, "epochs": s.epochs, "lora": s.lora, "freeze_head": s.freeze_head,
-             "layers": s.layers, "clip": 1.0, "shared_ratio": 0.3},)
+    """``--space reference``: ONE fixed configuration per method, the reference grid's own batch
+    size, learning rate, epochs and trainable set for it (:func:`raptor.recipes.reference_grid_recipe`;
+    no tuning: the paper's settings, not a matched budget), C_s = C_e = 1 and RAPTOR's shared ratio
+    0.3 as in the reference. The head comes from ``--head-init``; the reference's own methods train
+    theirs or keep it frozen as the grid says."""
+    name = REFERENCE_NAMES.get(method, method)
+    if name not in REFERENCE_GRID:
+        raise ConfigError(f"--methods {method}: --space reference runs {', '.join(REFERENCE_NAMES)} and the "
+                          f"reference's methods ({', '.join(REFERENCE_METHODS)})")
+    return (hparams_of(reference_grid_recipe(name), REFERENCE_HPARAMS),)
 
 
-#: grid methods that are a library method with fixed settings (their own row in every table)
-VARIANTS = {"raptor-split": "raptor", "raptor-head": "raptor", "dpsgd-head": "dpsgd",
-            **{m: REFERENCE_GRID[m].method for m in REFERENCE_METHODS}}
-
-
-def library_method(method: str) -> str:
-    """The library method a grid method runs (``raptor-split`` is ``raptor`` with its settings)."""
-    return VARIANTS.get(method, method)
-
-
-def paper_space(method: str, spaces: Mapping[str, tuple[dict, ...]] | None = None) -> tuple[dict, ...]:
-    spaces = PAPER_SPACES if spaces is None else spaces
-    if method in spaces:  # a space of its own (the others share "roles" or "own-head")
-        return spaces[method]
-    return spaces["roles" if method in ("dpsgd", "dpsgd-full", "shared-only", "expert-only") else "own-head"]
-
-
-#: the search space in use (``--space``): ``default`` (the spaces above, first ``--configs`` of each),
-#: ``expert-lr``, ``shared-ratio-0.9``, ``first-layer``, ``demo`` or ``demo-expert-lr``
+#: ``--space NAME`` -> its search space, a function of the grid method
+SPACE_FUNCTIONS = {
+    "default": default_space,
+    "expert-lr": partial(default_space, raptor=EXPERT_LR_RAPTOR_SPACE),
+    "shared-ratio-0.9": partial(default_space, raptor=SHARED_RATIO_RAPTOR_SPACE),
+    "first-layer": partial(default_space, raptor=FIRST_LAYER_RAPTOR_SPACE),
+    "demo": demo_space,
+    "demo-expert-lr": partial(demo_space, expert_lr=True),
+    "paper": partial(protocol_space, lrs=PAPER_LRS, nonprivate_lrs=(1e-3, 3e-3, 3e-4)),
+    "minilm": partial(protocol_space, lrs=MINILM_LRS, nonprivate_lrs=(1e-3,), raptor_ratio=0.5),
+    "reference": reference_space,
+}
+#: the search space in use (``--space``)
 SPACE = "default"
-SPACES = ("default", "expert-lr", "shared-ratio-0.9", "first-layer", "demo", "demo-expert-lr", "paper", "minilm",
-          "reference")
-#: RAPTOR's space under each tuned ``--space``
-RAPTOR_SPACES = {"default": RAPTOR_SPACE, "expert-lr": EXPERT_LR_RAPTOR_SPACE,
-                 "shared-ratio-0.9": SHARED_RATIO_RAPTOR_SPACE, "first-layer": FIRST_LAYER_RAPTOR_SPACE}
+SPACES = tuple(SPACE_FUNCTIONS)
 
 
 def search_space(method: str) -> tuple[dict, ...]:
-    if SPACE == "reference":
-        return reference_space(method)
-    if method in REFERENCE_METHODS:
-        raise ConfigError(f"--methods {method}: a reference-grid method runs only under --space reference")
-    if SPACE == "paper":
-        return paper_space(method)[:CONFIGS]
-    if SPACE == "minilm":
-        return paper_space(method, MINILM_SPACES)[:CONFIGS]
-    if SPACE == "demo-expert-lr" and method == "raptor":
-        return DEMO_EXPERT_LR_RAPTOR
-    if SPACE in ("demo", "demo-expert-lr"):
-        return DEMO_SPACES["nonprivate" if method == "nonprivate" else "raptor" if method == "raptor" else "baseline"]
-    space = NONPRIVATE_SPACE if method == "nonprivate" else RAPTOR_SPACES[SPACE] if method == "raptor" else BASELINE_SPACE
-    return space[:CONFIGS]
+    """The configurations ``method`` searches under ``--space`` (:data:`SPACE`): the first
+    ``--configs`` (:data:`CONFIGS`) of its space. A variant runs only under the spaces that give it
+    its settings (:data:`VARIANT_SPACES`)."""
+    if method in VARIANTS and SPACE not in VARIANT_SPACES.get(method, ()):
+        where = " or ".join(f"--space {s}" for s in VARIANT_SPACES.get(method, ())) or "no --space"
+        raise ConfigError(f"--methods {method}: a method at settings of its own, which runs only under {where}")
+    return SPACE_FUNCTIONS[SPACE](method)[:CONFIGS]
 
 
 def in_space(record: Mapping, fx: Fixed) -> bool:
@@ -228,8 +291,7 @@ def fixed_choice(group, fx: Fixed) -> dict | None:
 
 
 def check_matched_budget(methods: Sequence[str]) -> int:
-    if SPACE == "reference":  # one fixed configuration per method: the reference's settings, no tuning
-        return 1
+    """The configurations per DP method of ``methods`` (the same for each: a matched budget)."""
     sizes = {m: len(search_space(m)) for m in methods if m != "nonprivate"}
     if len(set(sizes.values())) > 1:
         raise ConfigError(f"unmatched tuning budget: configurations per DP method {sizes}")
@@ -450,22 +512,15 @@ class Fixed:
 
 
 def build_config(cell: Cell, fx: Fixed, clip_shared: float, clip_expert: float):
-    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig, TrainConfig
-
-    p = cell.params
-    privacy = PrivacyConfig(epsilon=None if cell.method == "nonprivate" else cell.epsilon, delta=fx.delta,
-                            clip_shared=clip_shared, clip_expert=clip_expert,
-                            clip_rule=p.get("clip_rule", "uniform"), shared_ratio=p.get("shared_ratio", 0.3),
-                            shared_split=p.get("shared_split", "none"), secure_rng=False)
-    return TrainConfig(method=library_method(cell.method), epochs=p["epochs"], batch_size=p["B"], seed=cell.seed,
-                       lora=bool(p.get("lora", False)), freeze_head=bool(p.get("freeze_head", False)),
-                       output_dir=str(HERE.parent / "runs" / "grid_tmp"), layers=_layers(p.get("layers", "auto")),
-                       eval_every=0,
-                       max_length=p["max_len"], privacy=privacy,
-                       performance=PerformanceConfig(micro_batch_size=fx.micro_batch_size, eval_batch_size=256,
-                                                     device=fx.device),
-                       optim=OptimConfig(name=p.get("opt", "adamw"), lr=p["lr"], lr_expert=p.get("lr_expert"),
-                                         weight_decay=0.01 if p.get("opt", "adamw") == "adamw" else 0.0))
+    """The TrainConfig of ``cell``: the grid's recipe (:func:`raptor.recipes.grid_recipe`) of its library
+    method with the fields its hparams set (:data:`HPARAM_FIELDS`), its epsilon and seed, the grid's
+    delta, micro-batch and device, and the clips (a number, or calibrated on public norms by the caller)."""
+    fields = {HPARAM_FIELDS[k]: _layers(v) if k == "layers" else v for k, v in cell.hparams if k in HPARAM_FIELDS}
+    return grid_recipe(library_method(cell.method), **{
+        **fields, "seed": cell.seed, "output_dir": str(HERE.parent / "runs" / "grid_tmp"),
+        "privacy.epsilon": None if cell.method == "nonprivate" else cell.epsilon, "privacy.delta": fx.delta,
+        "privacy.clip_shared": clip_shared, "privacy.clip_expert": clip_expert,
+        "performance.micro_batch_size": fx.micro_batch_size, "performance.device": fx.device})
 
 
 def _layers(spec: str) -> str | tuple[int, ...]:
@@ -771,15 +826,18 @@ def summarize(args, fx: Fixed, argv_of_main: Sequence[str] | None = None) -> dic
     summary = summarize_records(finals)
     # verdicts only between groups with every final seed (a stopped grid leaves some groups short)
     complete = {k: v for k, v in summary.items() if v["n"] >= len(args.seeds)}
-    # RAPTOR and its variant are each compared with the best OTHER DP method (never with each other)
-    verdicts = margins(complete, exclude=("nonprivate", *VARIANTS)) + \
-        margins(complete, method="raptor-split", exclude=("nonprivate", "raptor"))
+    # RAPTOR and each of its variants are compared with the best OTHER DP method (never with each other)
+    raptors = [m for m in VARIANTS if library_method(m) == "raptor"]
+    verdicts = margins(complete, exclude=("nonprivate", *VARIANTS))
+    for m in raptors:
+        verdicts += margins(complete, method=m, exclude=("nonprivate", "raptor", *(v for v in raptors if v != m)))
     tables, plots = [], []
     settings = sorted({(k[0], k[1]) for k in summary})
     for model, task in settings:
         tables.append(markdown_table(summary, model=model, task=task))
         name = f"{stem}_{task}_{_slug(model)}.png"
-        plots.append(str(plot_metric_vs_epsilon(summary, RESULTS / name, model=model, task=task)))
+        plots.append(str(plot_metric_vs_epsilon(summary, RESULTS / name, model=model, task=task,
+                                                colours=VARIANT_COLOURS)))
     tune_rows = {}
     for r in records:
         if r["cell"].get("stage") == "tune" and in_space(r, fx):
@@ -898,7 +956,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "of 0.3), first-layer (shared-ratio-0.9 with RAPTOR on MoE layer 0), demo (one fixed configuration per method, the raptor demo's "
                         "recipe; no tuning stage), demo-expert-lr (the same, RAPTOR's expert lr / 8) or paper "
                         "(the reference's protocol: frozen label-word head, LoRA in both streams, last MoE layer; "
-                        "with --max-train 0 --batch-size 1024 --epochs 3 the issue-22 table)")
+                        "with --max-train 0 --batch-size 1024 --epochs 3 the paper table of docs/RESULTS.md)")
     p.add_argument("--summary-name", default=None,
                    help="--summarize writes <name>.json/.md and <name>_*.png (default: the grid's name); "
                         "one grid summarised under two --space choices needs two names")

@@ -8,7 +8,11 @@ experiment grids call them, and a flag or field given explicitly replaces what t
 * :func:`tiny_recipe`: a seconds-long seeded CPU run, for tests;
 * :func:`demo_recipe` (``raptor demo --model NAME``): the demo's settings per model, a
   :class:`DemoRecipe` (the config and the demo's public-data and head settings);
-* :func:`reference_grid_recipe`: the reference's grid, method by method.
+* :func:`reference_grid_recipe`: the reference's grid, method by method;
+* :func:`grid_recipe`: the base of an experiment grid's cell (experiments/run_grid.py), whose
+  settings replace its fields;
+* :data:`VARIANT_RECIPES`: named variants, a library method at fixed settings with its own row in
+  the experiments' tables (``raptor-split``: :func:`raptor_split_recipe`).
 
 The reference's grid (:func:`reference_grid_recipe`): each method of the reference code at the
 batch size, learning rate, epochs and trainable set its grid script gives it (``../shared/METHOD.md``,
@@ -46,6 +50,8 @@ from raptor.training.config import (
     PrivacyConfig,
     TrainConfig,
     default_train_config,
+    default_weight_decay,
+    replace_fields,
 )
 
 
@@ -133,6 +139,53 @@ def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
 
 #: named recipes (``raptor train --recipe NAME``): functions of the method returning a TrainConfig
 RECIPES = {"paper": reference_recipe}
+
+
+def raptor_split_recipe(**overrides) -> TrainConfig:
+    """``raptor-split``: RAPTOR under the reference's protocol (:func:`reference_recipe`) with the
+    head trained, in its own clipping group of the shared stream (``PrivacyConfig.shared_split``
+    ``"head"``). ``overrides``: fields, dotted paths allowed (``"optim.lr"``)."""
+    return replace_fields(reference_recipe("raptor"), {"freeze_head": False, "privacy.shared_split": "head",
+                                                       **overrides})
+
+
+def raptor_head_recipe(**overrides) -> TrainConfig:
+    """``raptor-head``: RAPTOR under the reference's protocol with the head trained inside its one
+    shared clip (as dp-lora trains its head), shared ratio 0.9: most of the budget on the shared
+    stream, which then holds the head."""
+    return replace_fields(reference_recipe("raptor"), {"freeze_head": False, "privacy.shared_ratio": 0.9,
+                                                       **overrides})
+
+
+def dpsgd_head_recipe(**overrides) -> TrainConfig:
+    """``dpsgd-head``: :func:`raptor_head_recipe`'s one-clip control, the same trainable set (the
+    protocol's and the head) under dpsgd's one clip and one sigma."""
+    return replace_fields(reference_recipe("dpsgd"), {"freeze_head": False, **overrides})
+
+
+#: named variants: a library method at fixed settings (the config's ``method``), with its own row in
+#: the experiments' tables; each a function of the field overrides returning a TrainConfig
+VARIANT_RECIPES = {"raptor-split": raptor_split_recipe, "raptor-head": raptor_head_recipe,
+                   "dpsgd-head": dpsgd_head_recipe}
+
+
+def grid_recipe(method: str = "raptor", **overrides) -> TrainConfig:
+    """The base of an experiment grid's cell (experiments/run_grid.py), whose settings replace its
+    fields (``overrides``: dotted paths allowed, ``"optim.lr"``): seeded and NOT secure (an
+    experiment, not a release), no evaluation during the run, full weights with the head trained,
+    the public layer rule, AdamW, C_s = C_e = 1, RAPTOR's shared ratio 0.3 (the reference's) with
+    the uniform clip rule, dev batches of 256. The weight decay is the optimizer's
+    (:func:`~raptor.training.config.default_weight_decay`) unless an override sets it."""
+    cfg = TrainConfig(method=method, seed=0, eval_every=0, layers="auto", lora=False, freeze_head=False,
+                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
+                                            clip_expert=1.0, clip_rule="uniform", shared_ratio=0.3,
+                                            shared_split="none", secure_rng=False),
+                      performance=PerformanceConfig(eval_batch_size=256),
+                      optim=OptimConfig(name="adamw", lr_expert=None))
+    cfg = replace_fields(cfg, overrides) if overrides else cfg
+    if cfg.optim.weight_decay is None:
+        cfg = replace(cfg, optim=replace(cfg.optim, weight_decay=default_weight_decay(cfg.optim.name)))
+    return cfg
 
 
 @dataclass(frozen=True)

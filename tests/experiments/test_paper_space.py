@@ -1,6 +1,6 @@
-"""experiments/run_grid.py --space paper (issue 22): a matched budget for all seven methods, the
-protocol in every roles-built method's cells, raptor-split is RAPTOR with the head in its own
-shared group, and the config a cell builds says so."""
+"""experiments/run_grid.py --space paper: a matched budget for all seven methods, the protocol in
+every roles-built method's cells, raptor-split is RAPTOR with the head in its own shared group (its
+recipe, raptor.recipes.raptor_split_recipe), and the config a cell builds says so."""
 
 from __future__ import annotations
 
@@ -82,3 +82,42 @@ def test_a_third_learning_rate_keeps_the_two_lr_table(rg, monkeypatch):
         assert three[:2] == two[m] and len(three) == 3
         assert three[2]["lr"] == (3e-4 if m == "nonprivate" else 8e-3)
         assert {k: v for k, v in three[2].items() if k != "lr"} == {k: v for k, v in three[1].items() if k != "lr"}
+
+
+@pytest.mark.parametrize("variant", ["raptor-split", "raptor-head", "dpsgd-head"])
+def test_a_variant_cell_is_its_recipe(rg, variant):
+    """A variant's cells carry its recipe's settings (raptor.recipes.VARIANT_RECIPES): the config a
+    cell builds is the recipe's in its method, trainable set, head and shared stream."""
+    from raptor.recipes import VARIANT_RECIPES
+
+    want = VARIANT_RECIPES[variant]()
+    fx = rg.Fixed(model_dir="m", data_dir="d", max_train=None, batch_size=1024, epochs=3.0)
+    for h in rg.search_space(variant):
+        cell = Cell(model="m@x", task="sst2", method=variant, epsilon=8.0, seed=0, hparams={**fx.hparams(), **h})
+        got = rg.build_config(cell, fx, 0.1, 0.01)
+        assert rg.library_method(variant) == want.method
+        for field in ("method", "lora", "freeze_head", "layers"):
+            assert getattr(got, field) == getattr(want, field), field
+        assert (got.privacy.shared_split, got.privacy.shared_ratio) == (want.privacy.shared_split,
+                                                                        want.privacy.shared_ratio)
+
+
+def test_a_variant_runs_only_under_the_spaces_that_define_it(rg, monkeypatch):
+    from raptor.errors import ConfigError
+
+    for space, refused in (("default", ("raptor-split", "raptor-head", "dpsgd-head")), ("minilm", ("raptor-split",)),
+                           ("demo", ("raptor-split",)), ("paper", ("naive_dp", "baseline_a"))):
+        monkeypatch.setattr(rg, "SPACE", space)
+        for method in refused:
+            with pytest.raises(ConfigError, match=f"--methods {method}: .*runs only under --space"):
+                rg.search_space(method)
+    monkeypatch.setattr(rg, "SPACE", "minilm")
+    assert rg.search_space("raptor-head") and rg.search_space("dpsgd-head")
+
+
+def test_every_grid_method_has_its_own_plot_colour(rg):
+    mpl = pytest.importorskip("matplotlib.colors")
+    from raptor.analysis.paper_table import method_colour
+
+    colours = {m: mpl.to_rgba(method_colour(m, rg.VARIANT_COLOURS)) for m in rg.GRID_METHODS}
+    assert len(set(colours.values())) == len(rg.GRID_METHODS), colours

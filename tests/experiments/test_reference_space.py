@@ -40,6 +40,8 @@ def test_a_cell_builds_the_reference_recipe(rg, method):
 
 def test_budget_and_refusal_outside_the_space(rg, monkeypatch):
     assert rg.check_matched_budget(list(GRID_TO_REFERENCE)) == 1
+    with pytest.raises(ConfigError, match="--space reference runs"):
+        rg.search_space("dpsgd")  # the reference grid has no dpsgd of its own (its baseline_a is raptor's dpsgd)
     monkeypatch.setattr(rg, "SPACE", "minilm")
     with pytest.raises(ConfigError, match="--space reference"):
         rg.search_space("naive_dp")

@@ -31,15 +31,15 @@ METHOD_COLOURS: dict[str, str] = {
     "last-layer": "tab:brown",
     "raptor": "tab:red",
     "dpsgd-full": "tab:cyan",
-    "raptor-split": "tab:pink",  # the grid's RAPTOR with the head in its own shared group (run_grid.py)
 }
 
 
-def method_colour(method: str) -> str:
-    """The fixed colour of ``method`` (:data:`METHOD_COLOURS`)."""
-    colour = METHOD_COLOURS.get(method)
+def method_colour(method: str, colours: Mapping[str, str] | None = None) -> str:
+    """The fixed colour of ``method``: :data:`METHOD_COLOURS`, or ``colours`` (a grid's own methods)."""
+    colour = {**METHOD_COLOURS, **(colours or {})}.get(method)
     if colour is None:
-        raise ValueError(f"no plot colour for method {method!r}; add one to raptor.analysis.paper_table.METHOD_COLOURS")
+        raise ValueError(f"no plot colour for method {method!r}; add one to raptor.analysis.paper_table.METHOD_COLOURS "
+                         "(a library method) or pass it in colours")
     return colour
 
 
@@ -157,25 +157,28 @@ def markdown_table(summary: Mapping[Group, Mapping], *, model: str, task: str, d
     return "\n".join(lines)
 
 
-def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *, model: str, task: str) -> Path:
+def plot_metric_vs_epsilon(summary: Mapping[Group, Mapping], path: str | Path, *, model: str, task: str,
+                           colours: Mapping[str, str] | None = None) -> Path:
     """One line per DP method (mean ± std against target epsilon, log x), the non-private level dashed;
-    each method in its fixed colour (:data:`METHOD_COLOURS`)."""
+    each method in its fixed colour (:data:`METHOD_COLOURS`; ``colours``: those of a grid's own
+    methods, :func:`method_colour`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    draw_metric_vs_epsilon(ax, summary, model=model, task=task)
+    draw_metric_vs_epsilon(ax, summary, model=model, task=task, colours=colours)
     return save_figure(fig, path)
 
 
-def draw_metric_vs_epsilon(ax, summary: Mapping[Group, Mapping], *, model: str, task: str) -> None:
+def draw_metric_vs_epsilon(ax, summary: Mapping[Group, Mapping], *, model: str, task: str,
+                           colours: Mapping[str, str] | None = None) -> None:
     """The plot of :func:`plot_metric_vs_epsilon` on a matplotlib ``ax``."""
     rows = {k: v for k, v in summary.items() if k[0] == model and k[1] == task}
     metric = next(iter(rows.values())).get("metric_name") or "metric" if rows else "metric"
     for m in sorted({k[2] for k in rows}):
-        colour = method_colour(m)
+        colour = method_colour(m, colours)
         pts = sorted(((k[3], v) for k, v in rows.items() if k[2] == m), key=lambda kv: _eps_sort(kv[0]))
         if m == "nonprivate" or all(e is None for e, _ in pts):
             for _, v in pts:
