@@ -46,16 +46,16 @@ step() {
 LIMIT_SCALE=1
 if [ "$DEVICE" = cpu ]; then
   LIMIT_SCALE="${GPU_CHECK_LIMIT_SCALE:-4}"
-  TRAIN=(--steps 2 --batch-size 16 --max-train-samples 200 --max-eval-samples 50)
+  TRAIN=(--steps 2 --batch-size 16 --set data.max_train_samples=200 --set data.max_eval_samples=50)
   SPEED=(--quick --reps 1 --families olmoe switch_transformers --real)
 else
-  TRAIN=(--steps 12 --batch-size 64 --max-train-samples 4000 --max-eval-samples 200)
+  TRAIN=(--steps 12 --batch-size 64 --set data.max_train_samples=4000 --set data.max_eval_samples=200)
   SPEED=(--reps 3 --real OLMoE-1B-7B Switch-base-8 DeepSeek-VL2-Tiny)
 fi
-TRAIN+=(--model switch_transformers --eval-every 0 --seed 0 --no-progress --device "$DEVICE")
+TRAIN+=(--model switch_transformers --set eval_every=0 --seed 0 --no-progress --device "$DEVICE")
 
 for dt in float32 bfloat16; do
-  step "train_1proc_$dt" 60 "$PY" -m raptor.cli.main train "${TRAIN[@]}" --dtype "$dt" --output-dir "$OUT/train_1proc_$dt"
+  step "train_1proc_$dt" 60 "$PY" -m raptor.cli.main train "${TRAIN[@]}" --set performance.dtype="$dt" --output-dir "$OUT/train_1proc_$dt"
 done
 step checks 90 "$PY" "$HERE/gpu_check_steps.py" checks --device "$DEVICE" --out "$OUT"
 step engine_speed 150 "$PY" "$HERE/engine_speed.py" "${SPEED[@]}" --in-process --sweep-families --profile --no-opacus \
@@ -65,7 +65,7 @@ NGPU=0
 if [ "$DEVICE" != cpu ]; then NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())"); fi
 if { [ "$DEVICE" = cpu ] && [ "${GPU_CHECK_TORCHRUN:-1}" != 0 ]; } || [ "$NGPU" -ge 2 ]; then
   step train_2proc_float32 60 "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 -m raptor.cli.main train \
-    "${TRAIN[@]}" --dtype float32 --distributed --output-dir "$OUT/train_2proc_float32"
+    "${TRAIN[@]}" --set performance.dtype=float32 --set run.distributed=true --output-dir "$OUT/train_2proc_float32"
 else
   echo "== torchrun skipped ($NGPU GPU(s))"
 fi
