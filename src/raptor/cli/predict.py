@@ -38,6 +38,10 @@ def model_dir(path: str | Path) -> Path:
         return path / "model"
     if (path / "config.json").is_file():
         return path
+    if (path / "results.json").is_file() or (path / "checkpoint").is_dir():
+        raise ConfigError(f"--model {path}: a raptor train run without its model (no model/config.json); the run "
+                          "did not finish writing it, or model/ was moved or deleted: give the directory the model "
+                          "is in, or train again (a run stopped early continues with --resume OUTPUT_DIR/checkpoint)")
     raise ConfigError(f"--model {path}: no model here; give the OUTPUT_DIR of a raptor train run or its model/ dir")
 
 

@@ -41,6 +41,7 @@ master weights), a second ``backward()`` or a missing ``optimizer.step()`` for a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -77,6 +78,8 @@ class PrivacyEngine:
                  public=None, seed: int | None = None, micro_batch_size: int | None = None,
                  device: str | None = None, checkpoint_dir: str | Path | None = None,
                  config: TrainConfig | None = None):
+        check_engine_arguments(target_epsilon=target_epsilon, target_delta=target_delta, batch_size=batch_size,
+                               config=config, owner="PrivacyEngine")
         changes: dict[str, object] = {}
         for field_name, value in (("method", method), ("epochs", epochs), ("steps", steps),
                                   ("batch_size", batch_size), ("privacy.epsilon", target_epsilon),
@@ -110,6 +113,9 @@ class PrivacyEngine:
         """
         from raptor.integrations.loader import PoissonLoader
 
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"make_private: optimizer= must be a torch.optim.Optimizer over the model's parameters, "
+                              f"e.g. torch.optim.AdamW(model.parameters(), lr=1e-3); got {type(optimizer).__name__}")
         dataset = getattr(data_loader, "dataset", data_loader)
         collate_fn = getattr(data_loader, "collate_fn", None)
         run = self.attach(model=model, dataset=dataset, collate_fn=collate_fn, loss_fn=loss_fn,
@@ -119,18 +125,23 @@ class PrivacyEngine:
         return PrivateModel(run.model, run), opt, PoissonLoader(run, dataset, collate_fn)
 
     def attach(self, *, model: nn.Module, dataset, collate_fn=None, loss_fn=None,
-               keep_trainable: bool | None = None):
+               keep_trainable: bool | None = None, what: str = "make_private: data_loader", batch_setting: str | None = None):
         """The run of this engine (:class:`raptor.integrations.run.PrivateRun`) over ``model`` and the
         private ``dataset``: the setup half of :meth:`make_private`, which the ``Trainer`` adapter
-        (:mod:`raptor.integrations.hf_trainer`) shares; it owns the loop and the optimizer itself."""
+        (:mod:`raptor.integrations.hf_trainer`) shares; it owns the loop and the optimizer itself.
+        ``what`` / ``batch_setting``: the caller's names of the dataset and of the batch size, for its
+        messages."""
         from raptor.integrations.losses import check_per_record
         from raptor.integrations.run import PrivateRun, build_private_trainer
 
         if self._run is not None:
             raise ConfigError("make_private was already called on this PrivacyEngine; make one engine per run")
+        check_model(model, "make_private: model=")
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise ConfigError("data_loader must be a DataLoader over a map-style dataset (len and indexing): Poisson "
                               "sampling draws each record independently")
+        check_private_records(dataset, collate_fn, self.config.batch_size, what=what,
+                              batch_setting=batch_setting or "PrivacyEngine(batch_size=...) (or config.batch_size)")
         if keep_trainable is None:
             keep_trainable = hasattr(model, "peft_config")
         if keep_trainable:
@@ -153,7 +164,8 @@ class PrivacyEngine:
             return _with_mask(dict(public))
         items = list(public)
         if not items:
-            raise ConfigError("PrivacyEngine(public=...) holds no record")
+            raise ConfigError("PrivacyEngine(public=...) holds no record; give the declared-public records (items "
+                              "like the dataset's, or a dict of tensors)")
         collate = collate_fn
         if collate is None:
             from torch.utils.data import default_collate as collate
@@ -316,6 +328,69 @@ class PrivateOptimizer:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.optimizer, name)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_engine_arguments(*, target_epsilon, target_delta, batch_size, config, owner: str) -> None:
+    """Refuse a privacy argument of :class:`PrivacyEngine` or ``PrivacyArguments`` (``owner``) that
+    no run can take, naming the argument as the caller spelled it."""
+    if target_epsilon is not None and not (_number(target_epsilon) and math.isfinite(target_epsilon)
+                                           and target_epsilon > 0):
+        raise ConfigError(f"{owner}: target_epsilon must be a positive finite number (the budget the noise is "
+                          f"calibrated to; None with noise_multipliers= to fix the noise instead), got {target_epsilon!r}")
+    if target_delta is not None and not (_number(target_delta) and 0 < target_delta < 1):
+        raise ConfigError(f"{owner}: target_delta must be a number in (0, 1), or None (1/N^1.1 of the N private "
+                          f"records), got {target_delta!r}")
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise ConfigError(f"{owner}: batch_size must be an integer >= 1 (the expected Poisson batch size), or None, "
+                          f"got {batch_size!r}")
+    if config is not None and not isinstance(config, TrainConfig):
+        raise ConfigError(f"{owner}: config= must be a raptor.TrainConfig (e.g. raptor.tiny_recipe('raptor') or "
+                          f"TrainConfig.from_dict(d) for a dict), or None; got {type(config).__name__}")
+
+
+def check_model(model, what: str) -> None:
+    """Refuse a ``model`` that is not a loaded model raptor's engine can take (``what``: the caller's
+    name of the argument)."""
+    from raptor.moe.adapters import supported_model_types
+
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{what} must be a loaded torch model (an nn.Module, e.g. raptor.load_model('minilm-moe', "
+                          f"num_labels=2)), got {type(model).__name__}")
+    if getattr(getattr(model, "config", None), "model_type", None) is None:
+        raise ConfigError(f"{what} is a {type(model).__name__} with no Hugging Face config (config.model_type), so "
+                          "raptor finds no Mixture-of-Experts layer in it; give a transformers MoE model of a "
+                          f"supported family ({', '.join(supported_model_types())}), or upcycle a dense one "
+                          "(raptor upcycle)")
+
+
+def check_private_records(dataset, collate_fn, batch_size: int | None, *, what: str, batch_setting: str) -> None:
+    """Refuse an empty private dataset, a batch size that is not below its size, and records whose
+    batches lack input_ids, attention_mask or labels (checked on the first record's keys only:
+    nothing about the records' values is read)."""
+    n = len(dataset)
+    if n == 0:
+        raise ConfigError(f"{what} holds no record; give the private training records")
+    if batch_size is not None and batch_size >= n:
+        raise ConfigError(f"{batch_setting}: the expected batch size {batch_size} must be below the {n} private "
+                          f"records ({what}; q = B/N < 1); lower it, or add records")
+    collate = collate_fn
+    if collate is None:
+        from torch.utils.data import default_collate as collate
+    try:
+        first = collate([dataset[0]])
+    except Exception:  # a collator that needs more than one record: its batches are checked when drawn
+        return
+    if isinstance(first, Mapping):
+        missing = [k for k in ("input_ids", "attention_mask", "labels") if k not in first]
+        if missing:
+            raise ConfigError(f"{what}: its records lack {', '.join(missing)} (a collated record has "
+                              f"{', '.join(sorted(first))}); every record (or its collated batch) must give input_ids, "
+                              "attention_mask and labels (a 'label' column becomes labels through "
+                              "transformers' collators)")
 
 
 def _with_mask(batch: dict) -> dict:

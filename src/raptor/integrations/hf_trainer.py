@@ -91,6 +91,15 @@ class PrivacyArguments:
     loss_fn: Callable | None = None
     config: TrainConfig | None = None
 
+    def __post_init__(self):
+        from raptor.integrations.engine import check_engine_arguments
+
+        check_engine_arguments(target_epsilon=self.target_epsilon, target_delta=self.target_delta,
+                               batch_size=self.batch_size, config=self.config, owner="PrivacyArguments")
+        if self.loss_fn is not None and not callable(self.loss_fn):
+            raise ConfigError(f"PrivacyArguments: loss_fn must be a per-record loss (logits, labels) -> [B], or None; "
+                              f"got {type(self.loss_fn).__name__}")
+
 
 def refuse_unprivate(args: TrainingArguments, trainer: Trainer | None = None) -> None:
     """One :class:`ConfigError` naming the first ``TrainingArguments`` field (or ``Trainer`` argument)
@@ -147,8 +156,13 @@ class DPTrainer(Trainer):
                  privacy_args: PrivacyArguments | None = None, **kwargs):
         import copy
 
-        from raptor.integrations.engine import PrivacyEngine
+        from raptor.integrations.engine import PrivacyEngine, check_model
 
+        if privacy_args is not None and not isinstance(privacy_args, PrivacyArguments):
+            raise ConfigError(f"DPTrainer: privacy_args must be a raptor.integrations.PrivacyArguments, e.g. "
+                              f"PrivacyArguments(target_epsilon=8, public=...); got {type(privacy_args).__name__}")
+        if kwargs.get("model_init") is None:
+            check_model(model, "DPTrainer: model=")  # before the Trainer's own message, which offers model_init
         if args is not None:
             refuse_unprivate(args)  # before the Trainer sets up devices or mixed precision
             args = copy.copy(args)  # the plan's max_steps is set on the trainer's own copy
@@ -172,10 +186,16 @@ class DPTrainer(Trainer):
                               "shares, denominators, clip norms); it never takes them from train_dataset")
         if not isinstance(public, Mapping):
             public = self._items(public, "public")
+            if not public:
+                raise ConfigError("DPTrainer: PrivacyArguments(public=...) holds no record; give the declared-public "
+                                  "records (items like the training dataset's, or a dict of tensors)")
         self.privacy_engine = PrivacyEngine(config=config, public=public,
                                             checkpoint_dir=Path(self.args.output_dir) / "budget-stop")
+        batch_setting = ("PrivacyArguments.batch_size" if pa.batch_size is not None else
+                         "TrainingArguments.per_device_train_batch_size (the default of PrivacyArguments.batch_size)")
         run = self.privacy_engine.attach(model=self.model, dataset=dataset, collate_fn=self._collate,
-                                         loss_fn=pa.loss_fn)
+                                         loss_fn=pa.loss_fn, what="DPTrainer: train_dataset",
+                                         batch_setting=batch_setting)
         self._private_run = run
         self._private_dataset = dataset
         if self.args.max_grad_norm:

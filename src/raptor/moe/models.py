@@ -147,6 +147,11 @@ def init_missing_(model: nn.Module, names: set[str], generator: torch.Generator,
     return tuple(sorted(done))
 
 
+#: the most outputs :func:`load_model` sizes a classification head to (a larger count is a mistake,
+#: not a task: 10**9 labels would allocate 10**9 x hidden_size weights before anything is checked)
+MAX_NUM_LABELS = 100_000
+
+
 def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
                generator: torch.Generator | None = None, **kwargs) -> nn.Module:
     """Load a classification model from a local ``save_pretrained`` directory or a hub name.
@@ -173,6 +178,16 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     """
     from raptor.shipped import resolve
 
+    if not isinstance(name_or_path, (str, Path)):
+        raise ConfigError(f"load_model: name_or_path must be a model name or a save_pretrained directory (str or "
+                          f"Path), e.g. load_model('minilm-moe', num_labels=2); got {type(name_or_path).__name__}")
+    if not str(name_or_path).strip():
+        raise ConfigError("load_model(''): the model name is empty; give a shipped or built model's name "
+                          "(raptor.shipped.available()), a save_pretrained directory or a hub name (owner/name)")
+    if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
+                                   or not 1 <= num_labels <= MAX_NUM_LABELS):
+        raise ConfigError(f"num_labels must be an integer in [1, {MAX_NUM_LABELS:,}] (1: a regression head; the "
+                          f"head is num_labels x hidden_size weights), got {num_labels!r}")
     given = name_or_path
     name_or_path = resolve(name_or_path)
     kwargs.setdefault("dtype", torch.float32)
@@ -198,8 +213,6 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     model_type = saved.get("model_type")
     cls = classification_class(model_type)
     if num_labels is not None:
-        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
-            raise ConfigError(f"num_labels must be an integer >= 1 (1: a regression head), got {num_labels!r}")
         kwargs["num_labels"] = num_labels
         # the task decides the head: a checkpoint's head of another size (minilm-moe's 2-way one for a
         # 3-class or a regression task) is dropped and redrawn from ``generator`` like a missing one

@@ -98,14 +98,23 @@ def read_label_names(path: str | Path) -> list[str]:
     if not file.is_file():
         raise CheckpointError(f"{file}: missing; --model must be the model directory a raptor run wrote "
                               "(OUTPUT_DIR/model or OUTPUT_DIR)")
+    damaged = ("the model directory is damaged: restore raptor_labels.json from a copy of the run, or train the "
+               "model again")
     try:
         meta = json.loads(file.read_text())
-        if isinstance(meta, dict) and meta.get("objective") == "generate":
-            raise CheckpointError(f"{Path(path)}: a generative model (raptor train --objective generate) has no "
-                                  "label map; raptor predict takes a classifier's OUTPUT_DIR")
-        return list(meta["label_names"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{file}: corrupt label map ({err})") from err
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{file}: corrupt label map (not valid JSON: {err}); {damaged}") from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{file}: corrupt label map (a JSON {type(meta).__name__}, expected an object with "
+                              f"label_names); {damaged}")
+    if meta.get("objective") == "generate":
+        raise CheckpointError(f"{Path(path)}: a generative model (raptor train --objective generate) has no "
+                              "label map; raptor predict takes a classifier's OUTPUT_DIR")
+    names = meta.get("label_names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{file}: corrupt label map (label_names is {type(names).__name__ if names is not None else 'missing'}"
+                              f", expected a list of label names); {damaged}")
+    return names
 
 
 def load_final_model(path: str | Path, device: str = "cpu"):
@@ -114,5 +123,19 @@ def load_final_model(path: str | Path, device: str = "cpu"):
     from raptor.data import load_tokenizer
     from raptor.moe.models import load_model
 
-    return (load_model(path).to(device), load_tokenizer(path), read_label_names(path),
-            read_max_length(path))
+    names = read_label_names(path)  # a damaged map is refused before the weights are read
+    model = load_model(path).to(device)
+    check_label_map(path, names, model)
+    return model, load_tokenizer(path), names, read_max_length(path)
+
+
+def check_label_map(path: str | Path, names: list[str], model) -> None:
+    """Refuse a label map whose size is not the head's: a name per output of a classifier, none for
+    a one-output regression head (else each prediction would carry another class's name)."""
+    outputs = int(getattr(model.config, "num_labels", 0) or 0)
+    if len(names) == outputs or (not names and outputs == 1):
+        return
+    have = f"{len(names)} label names" if names else "no label names (a regression head)"
+    raise CheckpointError(f"{Path(path) / LABELS}: {have}, but the model's head has {outputs} outputs "
+                          f"(config.json num_labels); the label map is not this model's: restore the run's own "
+                          f"raptor_labels.json, or train the model again")
