@@ -344,11 +344,11 @@ def _kernel_ok(*tensors: torch.Tensor) -> bool:
     for t in tensors:
         if t.dtype not in _KERNEL_DTYPES or t.dtype != tensors[0].dtype or t.data_ptr() % 16:
             return False
-        # every stride but the contiguous (innermost) dimension's must be a multiple of 16 bytes: a
-        # [S, 1] column (bert_moe's expert biases, recorded as uses on ones) has a 4-byte row stride
+        # every stride but the contiguous (innermost) dimension's must be a multiple of 16 bytes, also
+        # of a dimension of size 1 (the kernel checks them all): a [S, 1] column (bert_moe's expert
+        # biases, recorded as uses on ones) has a 4-byte row stride, and so has the [1, 1] of one row
         inner = t.dim() - 1 if t.stride()[-1] == 1 else t.dim() - 2
-        if any(n > 1 and d != inner and (s * t.element_size()) % 16
-               for d, (s, n) in enumerate(zip(t.stride(), t.shape, strict=True))):
+        if any(d != inner and (s * t.element_size()) % 16 for d, s in enumerate(t.stride())):
             return False
         if t.dim() >= 2 and 1 not in t.stride()[-2:]:
             return False
