@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     engine = PerRecordEngine(model, trained_layers=trained, grouping="roles")
     E = shape["num_experts"]
     keys = list(engine.group_keys)
-    plan = build_step_plan(FixedPlan(args.batch_size / args.dataset_size, 1, 1.0, 1.0, 1), engine.group_map.groups,
+    plan = build_step_plan(FixedPlan(args.batch_size / args.dataset_size, 1, {"shared": 1.0, "expert": 1.0}, 1), engine.group_map.groups,
                            clip_norms={k: 1.0 for k in keys},
                            denominators=group_denominators(keys, batch_size=args.batch_size,
                                                            shares={trained[0]: [1.0 / E] * E}, kind="public"),

@@ -68,7 +68,7 @@ def _bf16_trainer(records, steps=3):
     model = ToyMoE().to(torch.bfloat16)
     engine = ToyEngine(model)
     groups = engine.group_map.groups
-    noise = FixedPlan(0.25, steps, 0.0, 0.0, 1)
+    noise = FixedPlan(0.25, steps, {"shared": 0.0, "expert": 0.0}, 1)
     plan = build_step_plan(noise, groups, clip_norms={k: 1.0 for k in groups}, trained_layers=(0,),
                            denominators=group_denominators(groups, batch_size=10, shares={0: [0.4, 0.3, 0.3]},
                                                            kind="public"), grouping="roles")

@@ -46,7 +46,7 @@ def _plan(method: str, *, layers=(1,), schedule=None, fixed=False, steps=6):
                             schedule=schedule, accountant="rdp",
                             noise_multipliers=(1.3, 2.1) if fixed and method != "nonprivate" else None)
     config = tiny_recipe(method, steps=steps, batch_size=B, privacy=privacy)
-    noise = make_noise_plan(config, spec.streams, dataset_size=N,
+    noise = make_noise_plan(config, spec, dataset_size=N,
                             num_layers=len(trained) if spec.grouping == "roles" else 0)
     shares = {layer: [0.1, 0.2, 0.3, 0.4] for layer in (*trained, 1)}
     return noise, build_step_plan(noise, groups, clip_norms={k: 0.5 for k in groups},
@@ -83,7 +83,7 @@ def test_released_sigma_per_group_equals_accounted_sigma(method, schedule, fixed
 
 def test_a_stream_without_a_planned_sigma_is_an_error_not_zero_noise():
     groups = _groups("roles", (1,))
-    noise = FixedPlan(0.1, 3, 1.0, None, 0)  # expert stream not planned
+    noise = FixedPlan(0.1, 3, {"shared": 1.0}, 0)  # expert stream not planned
     with pytest.raises(ConfigError, match="does not release"):
         build_step_plan(noise, groups, clip_norms={k: 1.0 for k in groups},
                         denominators={k: 4.0 for k in groups}, trained_layers=(1,), grouping="roles")
@@ -91,7 +91,7 @@ def test_a_stream_without_a_planned_sigma_is_an_error_not_zero_noise():
 
 def test_plan_with_the_wrong_number_of_layers_is_refused():
     groups = _groups("roles", (0, 1))
-    noise = FixedPlan(0.1, 3, 1.0, 2.0, 1)  # says L = 1, releases two layers
+    noise = FixedPlan(0.1, 3, {"shared": 1.0, "expert": 2.0}, 1)  # says L = 1, releases two layers
     with pytest.raises(ConfigError, match="disagree"):
         build_step_plan(noise, groups, clip_norms={k: 1.0 for k in groups},
                         denominators={k: 4.0 for k in groups}, trained_layers=(0, 1), grouping="roles")

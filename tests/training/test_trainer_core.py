@@ -29,7 +29,7 @@ def _trainer(records, *, steps=4, q=0.25, sigmas=(1.0, 2.0), schedule=None, deno
     n = int(records["labels"].shape[0])
     batch = max(1, round(q * n))
     groups = engine.group_map.groups
-    noise = FixedPlan(batch / n, steps, sigmas[0], sigmas[1], 1, schedule or Schedule())
+    noise = FixedPlan(batch / n, steps, {"shared": sigmas[0], "expert": sigmas[1]}, 1, schedule or Schedule())
     plan = build_step_plan(noise, groups, clip_norms={k: clip for k in groups}, trained_layers=(0,),
                            denominators=group_denominators(groups, batch_size=batch, shares=SHARES, kind=denominator),
                            grouping="roles")

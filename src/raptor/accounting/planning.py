@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 
 from raptor._quiet_log import ScopedDrop
 from raptor.accounting.accountants import (
@@ -102,6 +102,8 @@ def default_delta(dataset_size: int) -> float:
 class BudgetPlan:
     """A calibrated privacy plan: the noise of every stream and what the whole run spends.
 
+    ``sigmas`` is {stream: sigma} of the released streams (``streams``, in that order);
+    ``sigma_shared`` / ``sigma_expert`` read it (None: the stream is not released).
     ``noise_multiplier_for_step(t)`` is the sigma to record in the ledger for update t (0-based);
     ``to_ledger()`` gives a ledger pre-loaded with the planned releases.
     """
@@ -115,8 +117,7 @@ class BudgetPlan:
     streams: tuple[str, ...]
     shared_ratio: float | None
     alternate: tuple[int, int] | None
-    sigma_shared: float | None
-    sigma_expert: float | None
+    sigmas: Mapping[str, float]
     sigma_eff: float
     epsilon: float
     delta: float
@@ -133,6 +134,10 @@ class BudgetPlan:
         check_epsilon(self.target_epsilon, "target_epsilon")
         check_accountant(self.accountant)
         check_adjacency(self.adjacency)
+        unknown = sorted(set(self.sigmas) - set(STREAMS))
+        if unknown:
+            raise ConfigError(f"sigmas names {unknown}, which are not streams; the streams are {STREAMS}.")
+        object.__setattr__(self, "sigmas", {s: self.sigmas[s] for s in STREAMS if self.sigmas.get(s) is not None})
         if ("shared" in self.streams) != (self.sigma_shared is not None):
             raise ConfigError(f"sigma_shared={self.sigma_shared!r} does not match streams={self.streams!r}.")
         if ("expert" in self.streams) != (self.sigma_expert is not None):
@@ -140,6 +145,14 @@ class BudgetPlan:
         if self.epsilon > self.target_epsilon:
             raise ConfigError(f"epsilon={self.epsilon} exceeds target_epsilon={self.target_epsilon}: "
                               "a plan must be on the safe side.")
+
+    @property
+    def sigma_shared(self) -> float | None:
+        return self.sigmas.get("shared")
+
+    @property
+    def sigma_expert(self) -> float | None:
+        return self.sigmas.get("expert")
 
     @property
     def private(self) -> bool:
@@ -175,7 +188,13 @@ class BudgetPlan:
         return ledger
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        """The plan's fields, the sigmas as ``sigma_shared`` and ``sigma_expert`` (None: not released)."""
+        d = {}
+        for f in fields(self):
+            if f.name == "sigmas":
+                d.update(sigma_shared=self.sigma_shared, sigma_expert=self.sigma_expert)
+            else:
+                d[f.name] = getattr(self, f.name)
         d["streams"] = list(self.streams)
         d["alternate"] = list(self.alternate) if self.alternate is not None else None
         d["planned_runs"] = [r.to_dict() for r in self.planned_runs()]
@@ -331,7 +350,7 @@ def plan_budget(*, dataset_size: int, batch_size: int, epsilon: float, delta: fl
     return BudgetPlan(
         dataset_size=dataset_size, batch_size=batch_size, sample_rate=q, steps=total_steps,
         epochs=None if epochs is None else float(epochs), num_layers=num_layers, streams=streams,
-        shared_ratio=ratio, alternate=alternate, sigma_shared=sigma_s, sigma_expert=sigma_e,
+        shared_ratio=ratio, alternate=alternate, sigmas={"shared": sigma_s, "expert": sigma_e},
         sigma_eff=joint_noise_multiplier(sigma_s, sigma_e, num_layers), epsilon=reached, delta=delta_value,
         delta_is_default=delta_is_default, target_epsilon=target, adjacency=adjacency, accountant=accountant,
         value_discretization_interval=VALUE_DISCRETIZATION_INTERVAL if accountant == "pld" else None,

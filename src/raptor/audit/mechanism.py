@@ -252,7 +252,7 @@ def _step_plan(cfg: MechanismAuditConfig, prep: _Setup, sigma_shared: float, sig
     from raptor.training.step.noise_plans import FixedPlan
     from raptor.training.step.plan import build_step_plan
 
-    noise = FixedPlan(cfg.sample_rate, 1, sigma_shared, sigma_expert, 1, delta=cfg.delta)
+    noise = FixedPlan(cfg.sample_rate, 1, {"shared": sigma_shared, "expert": sigma_expert}, 1, delta=cfg.delta)
     return build_step_plan(noise, prep.engine.group_map.groups, clip_norms=prep.clip_norms,
                            denominators=prep.denominators, trained_layers=(cfg.layer,), grouping="roles")
 

@@ -157,7 +157,7 @@ def _setup(cfg: TrainerLoopAuditConfig) -> _Loop:
     clips = {k: (clip_e if k.is_expert else clip_s) for k in keys}
     dens = group_denominators(list(keys), batch_size=2, shares={cfg.layer: shares}, kind="public")
     sigma_s, sigma_e = split_noise_multiplier(cfg.sigma_eff, cfg.shared_ratio, 1)
-    noise = FixedPlan(cfg.sample_rate, cfg.steps, sigma_s, sigma_e, 1, delta=cfg.delta)
+    noise = FixedPlan(cfg.sample_rate, cfg.steps, {"shared": sigma_s, "expert": sigma_e}, 1, delta=cfg.delta)
     plan = build_step_plan(noise, engine.group_map.groups, clip_norms=clips, denominators=dens,
                            trained_layers=(cfg.layer,), grouping="roles")
     config = tiny_recipe("raptor", steps=cfg.steps, batch_size=2, seed=cfg.seed,

@@ -27,7 +27,6 @@ from raptor.training.run.distributed import Communicator, SingleProcess
 from raptor.training.setup.public_stage import choose_trained_layers, public_routing, public_stage
 from raptor.training.setup.routing_cache import cached_public_routing
 from raptor.training.setup.trainable import (
-    LORA_POLICIES,
     apply_lora,
     freeze_head,
     freeze_routers_and_untrained_experts,
@@ -115,16 +114,19 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
     owners = comm.on_main(lambda: cached_public_routing(  # rank 0's, on every rank
         model, public, config, lambda: public_routing(model, public, config), routing_cache))
     trained, choice = choose_trained_layers(layers, owners, config, spec)
+    if config.lora and spec.lora_rule == "never":
+        raise ConfigError(f"TrainConfig.lora=True does not apply to {config.method}: its trainable set "
+                          f"{spec.trainable!r} is full weights by definition")
     if keep_trainable:
         freeze_routers_and_untrained_experts(model, layers, trained)
-    elif spec.trainable == "lora" or (config.lora and spec.trainable in LORA_POLICIES):
+    elif spec.uses_lora(config.lora):
         from raptor.mechanisms import GeneratorSpec
 
         model = apply_lora(model, config, GeneratorSpec(secure=config.privacy.secure_rng, seed=config.seed).make(2),
-                           train_head=objective is None and not config.freeze_head, policy=spec.trainable,
+                           train_head=objective is None and not config.freeze_head, trainable=spec.trainable,
                            trained_layers=trained)
     else:
-        set_trainable(model, layers, policy=spec.trainable, trained_layers=trained,
+        set_trainable(model, layers, trainable=spec.trainable, trained_layers=trained,
                       freeze_shared_experts=objective is not None and objective.freeze_shared_experts)
     if config.freeze_head:
         freeze_head(model)
@@ -134,7 +136,7 @@ def build_trainer(config: TrainConfig, model: nn.Module, *, train: Records, vali
                          head_params=split_head_params(model, config, spec))
     stage = comm.on_main(lambda: public_stage(engine, layers, public, config, spec, owners=owners, choice=choice,
                                               trained_layers=trained))
-    noise = make_noise_plan(config, spec.streams, dataset_size=int(train["labels"].shape[0]),
+    noise = make_noise_plan(config, spec, dataset_size=int(train["labels"].shape[0]),
                             num_layers=len(trained))
     plan = build_step_plan(noise, engine.group_map.groups, clip_norms=stage.clip_norms,
                            denominators=stage.denominators, trained_layers=trained,

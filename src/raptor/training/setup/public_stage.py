@@ -112,8 +112,9 @@ def public_routing(model: nn.Module, public: Records, config: TrainConfig) -> di
 def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, torch.Tensor], config: TrainConfig,
                           spec: MethodSpec) -> tuple[tuple[int, ...], LayerChoice]:
     """(trained MoE layers, the public layer table): ``config.layers`` or the "auto" rule for
-    methods that pick layers ("last": the last MoE layer; "all": every MoE layer); the last MoE block for last-layer; every
-    MoE layer for dpsgd-full; none otherwise."""
+    methods that pick layers ("last": the last MoE layer; "all": every MoE layer); otherwise the
+    trainable set's own layers (``TrainableSet.own_layers``: the last MoE block for last-layer,
+    every MoE layer for dpsgd-full, none for the rest)."""
     num_experts = {info.index: info.num_experts for info in layers}
     if spec.uses_layers and config.layers == "auto" and config.num_auto_layers > len(layers):
         raise ConfigError(f"--layers auto:{config.num_auto_layers} (num_auto_layers): the model has only {len(layers)} "
@@ -121,9 +122,7 @@ def choose_trained_layers(layers: Sequence[MoELayerInfo], owners: Mapping[int, t
     choice = choose_from_owners(owners, num_experts, count=min(config.num_auto_layers, len(layers)),
                                 pseudo_count=config.privacy.pseudo_count)
     if not spec.uses_layers:
-        if spec.trainable == "all":
-            return tuple(info.index for info in layers), choice
-        return ((layers[-1].index,) if spec.trainable == "last-block" else ()), choice
+        return spec.trainable_set.trained_layers([info.index for info in layers]), choice
     if config.layers == "auto":
         return tuple(choice.chosen), choice
     if config.layers == "last":

@@ -19,7 +19,8 @@ from torch import nn
 
 from raptor.errors import ConfigError
 from raptor.moe.adapters import MoELayerInfo, block_prefix, get_adapter
-from raptor.training.config import TRAINABLE_LORA, TrainConfig
+from raptor.training.config import TrainConfig
+from raptor.training.methods import ParamRoles, trainable_set
 from raptor.training.setup.head_init import HEAD_ATTRS
 
 #: output heads: classification (``classifier``, ``score``) or language-model heads (``lm_head``,
@@ -50,38 +51,28 @@ def _module_param_names(model: nn.Module, module: nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in ids}
 
 
-def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, policy: str,
+def set_trainable(model: nn.Module, layers: Sequence[MoELayerInfo], *, trainable: str,
                   trained_layers: Sequence[int], freeze_shared_experts: bool = False) -> None:
-    """requires_grad per the method's trainable-set policy (routers always frozen; the family's
-    frozen prefixes, e.g. DeepSeek-VL2's vision tower, always frozen; ``freeze_shared_experts``
-    freezes the always-on shared experts, the reference's VL2 setting, instead of training them in
-    the shared group)."""
+    """requires_grad per the rule of the trainable set ``trainable`` (a key of
+    :data:`raptor.training.methods.TRAINABLE_SETS`; routers always frozen; the family's frozen
+    prefixes, e.g. DeepSeek-VL2's vision tower, always frozen; ``freeze_shared_experts`` freezes the
+    always-on shared experts, the reference's VL2 setting, instead of training them in the shared
+    group). A LoRA-only set is built by :func:`apply_lora` instead."""
+    rule = trainable_set(trainable).params
+    if rule is None:
+        raise ConfigError(f"the trainable set {trainable!r} is LoRA adapters only: apply_lora builds it")
     expert_names = {info.index: _module_param_names(model, info.experts) for info in layers}
     router_names = set().union(*(_module_param_names(model, info.router) for info in layers))
-    all_experts = set().union(*expert_names.values())
-    chosen = set().union(*(expert_names[i] for i in trained_layers)) if trained_layers else set()
-    heads = head_prefixes(model)
     last = layers[-1]
-    block = block_prefix(last.name)
+    roles = ParamRoles(experts=frozenset().union(*expert_names.values()),
+                       trained_experts=frozenset().union(*(expert_names[i] for i in trained_layers)),
+                       last_block=block_prefix(last.name), last_experts=frozenset(expert_names[last.index]),
+                       heads=head_prefixes(model))
     frozen = _frozen(model)
     shared_expert_names = set().union(*(_module_param_names(model, m) for info in layers
                                         for m in info.shared_experts)) if freeze_shared_experts else set()
     for name, p in model.named_parameters():
-        if name in router_names or any(_under(name, f) for f in frozen):
-            on = False
-        elif policy == "roles":
-            on = name not in all_experts or name in chosen
-        elif policy == "shared":
-            on = name not in all_experts
-        elif policy == "experts":
-            on = name in chosen
-        elif policy == "all":
-            on = True
-        elif policy == "last-block":
-            on = _under(name, block) or any(_under(name, h) for h in heads)
-            on = on and (name not in all_experts or name in expert_names[last.index])
-        else:
-            raise ConfigError(f"unknown trainable-set policy {policy!r}")
+        on = not (name in router_names or any(_under(name, f) for f in frozen)) and rule(name, roles)
         p.requires_grad_(on and name not in shared_expert_names)
 
 
@@ -113,10 +104,6 @@ def head_param_names(model: nn.Module) -> tuple[str, ...]:
     return tuple(n for n, p in model.named_parameters() if id(p) in ids and p.requires_grad)
 
 
-#: trainable sets that ``TrainConfig.lora`` turns into LoRA on the same set (last-block is full weights)
-LORA_POLICIES = TRAINABLE_LORA
-
-
 def freeze_head(model: nn.Module) -> tuple[str, ...]:
     """Freeze the output head (``--freeze-head``): it keeps its initial weights, is in no clipping
     group (the group map holds trainable parameters only) and is never updated. A PEFT wrapper is
@@ -127,22 +114,15 @@ def freeze_head(model: nn.Module) -> tuple[str, ...]:
     return tuple(n for n, _ in params)
 
 
-def _expert_lora_layers(policy: str, layers: Sequence[MoELayerInfo], trained_layers: Sequence[int]) -> set[int]:
-    """The MoE layers whose experts get LoRA under a trainable-set policy."""
-    if policy in ("lora", "all"):
-        return {info.index for info in layers}
-    if policy in ("roles", "experts"):
-        return set(trained_layers)
-    return set()
-
-
 def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator, *,
-               train_head: bool = True, policy: str = "lora", trained_layers: Sequence[int] = ()) -> nn.Module:
+               train_head: bool = True, trainable: str = "lora", trained_layers: Sequence[int] = ()) -> nn.Module:
     """PEFT LoRA on the family's declared targets, base frozen, head trainable unless ``train_head``
     is False; per-expert LoRA on fused experts.
 
-    ``policy``: ``"lora"`` (dp-lora: attention and every layer's experts), or the trainable set of
-    a roles-built method under ``config.lora``: ``"roles"`` (attention + the experts of
+    ``trainable``: the key of a trainable set that takes LoRA
+    (:data:`raptor.training.methods.TRAINABLE_SETS`; its ``lora_shared`` and ``lora_experts`` say
+    what is adapted): ``"lora"`` (dp-lora: attention and every layer's experts), or the set of a
+    roles-built method under ``config.lora``: ``"roles"`` (attention + the experts of
     ``trained_layers``), ``"shared"`` (attention only), ``"experts"`` (the experts of
     ``trained_layers`` only), ``"all"`` (attention + every layer's experts). Expert LoRA of an
     untrained layer is never created, so no expert parameter of it is trainable.
@@ -158,14 +138,15 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
             f"TrainConfig.lora_dropout must be 0 for LoRA, got {config.lora_dropout}: dropout draws from torch's "
             "global RNG, which raptor never uses"
         )
-    if policy not in ("lora", "roles", "shared", "experts", "all"):
-        raise ConfigError(f"LoRA does not apply to the trainable set {policy!r}")
+    tset = trainable_set(trainable)
+    if tset.lora == "never":
+        raise ConfigError(f"LoRA does not apply to the trainable set {trainable!r}")
     adapter = get_adapter(model)
     frozen = _frozen(model)
     infos = adapter.moe_layers(model)
-    expert_layers = _expert_lora_layers(policy, infos, trained_layers)
+    expert_layers = tset.expert_lora_layers([info.index for info in infos], trained_layers)
     expert_prefixes = {info.index: f"{info.name}.{info.experts_attr}" for info in infos}
-    train_shared = policy in ("lora", "roles", "shared", "all")
+    train_shared = tset.lora_shared
 
     def wanted(module_name: str) -> bool:
         owner = next((i for i, pre in expert_prefixes.items() if _under(module_name, pre)), None)
@@ -176,7 +157,7 @@ def apply_lora(model: nn.Module, config: TrainConfig, generator: torch.Generator
                      and wanted(n))
     fused_layers = sorted(i.index for i in infos if i.fused and i.index in expert_layers)
     if not targets and not fused_layers:
-        raise ConfigError(f"LoRA ({policy}): none of {adapter.model_type}'s LoRA targets {adapter.lora_targets} are "
+        raise ConfigError(f"LoRA ({trainable}): none of {adapter.model_type}'s LoRA targets {adapter.lora_targets} are "
                           f"Linear layers of {type(model).__name__} in the trainable set")
     heads = head_prefixes(model)
     for p in model.parameters():

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from raptor.accounting.rules import phase_streams
 from raptor.errors import ConfigError
 from raptor.training.step.protocols import NoisePlan
-from raptor.training.step.release import GroupRelease, stream_of
+from raptor.training.step.release import STREAMS, GroupRelease, stream_of
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class StepPlan:
     @property
     def sigmas(self) -> dict[str, float | None]:
         """{stream: sigma} as planned (None: not released), for reports."""
-        return {"shared": self.noise.sigma_shared, "expert": self.noise.sigma_expert}
+        return {stream: self.noise.sigmas.get(stream) for stream in STREAMS}
 
     @property
     def clip_norms(self) -> dict:
@@ -162,7 +162,7 @@ def build_step_plan(
     take, the ledger sigma of the noise plan must equal :func:`accounted_sigma` of the groups that
     phase releases, or this raises.
     """
-    sigma_of = {"shared": noise.sigma_shared, "expert": noise.sigma_expert}
+    sigma_of = noise.sigmas
     # the shared stream's G non-empty groups (backbone and head when split) each touch every record:
     # each gets sigma_s sqrt(G), so that together they are one Gaussian of multiplier sigma_s
     shared_parts = sum(1 for key, slices in groups.items() if slices and stream_of(key) == "shared")
@@ -172,7 +172,7 @@ def build_step_plan(
             empty.append(key)
             continue
         stream = stream_of(key)
-        if sigma_of[stream] is None:
+        if sigma_of.get(stream) is None:
             raise ConfigError(f"group {key} is in stream {stream!r}, which the noise plan does not release "
                               "(its sigma is None): a released stream needs a planned sigma")
         sigma = float(sigma_of[stream]) * (math.sqrt(shared_parts) if stream == "shared" else 1.0)

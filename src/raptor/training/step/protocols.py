@@ -42,14 +42,14 @@ class GradientEngine(Protocol):
 class NoisePlan(Protocol):
     """Per-stream noise multipliers on a public schedule, and what the ledger records per update.
 
-    ``sigma_shared`` / ``sigma_expert`` is None for a stream the plan does not release; ``private``
-    is False only for the explicit non-private plan (nothing recorded).
+    ``sigmas`` maps each released stream ("shared", "expert") to its noise multiplier; a stream the
+    plan does not release has no entry. ``private`` is False only for the explicit non-private plan
+    (nothing recorded).
     """
 
     sample_rate: float
     steps: int
-    sigma_shared: float | None
-    sigma_expert: float | None
+    sigmas: Mapping[str, float]
     num_layers: int
     delta: float | None
     accountant: str
