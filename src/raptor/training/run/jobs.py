@@ -81,7 +81,7 @@ def classification_job(model, train, validation, config: TrainConfig, options: R
     if source is None:
         source = resolve_public_source(
             public_file="(public= records)" if public is not None else None, public_size=public_size,
-            user_data=True, nonprivate=config.method == "nonprivate", needs=public_needs(config, spec))
+            user_data=True, nonprivate=not spec.private, needs=public_needs(config, spec))
         split = public_split(private, source, public=None if public is None else rows(public, "public"))
     else:
         split = PublicPrivateSplit(public=rows(public, "public"), private=private, public_indices=None,
@@ -126,7 +126,7 @@ def generative_job(train, validation, config: TrainConfig, options: RunOptions, 
     if source is None:
         source = resolve_public_source(public_file="(public= records)" if public is not None else None,
                                        public_size=public_size, user_data=True,
-                                       nonprivate=config.method == "nonprivate", needs=PUBLIC_NEEDS)
+                                       nonprivate=not METHOD_SPECS[config.method].private, needs=PUBLIC_NEEDS)
         public, train = split_public(train, source, public)
 
     def encode(model, tokenizer, config) -> Encoded:
