@@ -64,9 +64,9 @@ class TaskRun:
             head = ["--train-file", str(train), "--validation-file", str(dev),
                     "--text-column", "sentence1", "sentence2", "--label-column", "label"]
         out = [*head, "--batch-size", str(self.batch_size), "--epochs", f"{self.epochs:g}",
-               "--max-length", str(self.max_length), "--eval-every", str(self.eval_every)]
+               "--max-length", str(self.max_length), "--set", f"eval_every={self.eval_every}"]
         if self.max_train_samples is not None:
-            out += ["--max-train-samples", str(self.max_train_samples)]
+            out += ["--set", f"data.max_train_samples={self.max_train_samples}"]
         return out
 
 

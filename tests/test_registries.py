@@ -50,6 +50,14 @@ def _choices(module_name: str, dest: str, *subcommand: str) -> tuple:
     return tuple(next(a.choices for a in parser._actions if a.dest == dest))
 
 
+def _set_choices(path: str) -> tuple:
+    """The choices ``raptor train --set PATH=`` accepts (the field's metadata)."""
+    from raptor.cli.flags import schema
+
+    choices = schema()[path].metadata["cli"]["choices"]
+    return tuple(choices() if callable(choices) else choices)
+
+
 def _cli_choice_lists() -> list[tuple[tuple, tuple]]:
     """(registry, the CLI's choices) for every choice list the CLI offers from a library registry."""
     from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
@@ -61,14 +69,14 @@ def _cli_choice_lists() -> list[tuple[tuple, tuple]]:
     return [
         (ACCOUNTANTS, _choices("plan", "accountant")),
         (ACCOUNTANTS, _choices("account", "accountant")),
-        (ACCOUNTANTS, _choices("train", "accountant")),
+        (ACCOUNTANTS, _set_choices("privacy.accountant")),
         (ADJACENCIES, _choices("plan", "adjacency")),
         (ADJACENCIES, _choices("account", "adjacency")),
-        (ADJACENCIES, _choices("train", "adjacency")),
-        (METRICS, _choices("train", "metric")),
-        (OPTIMIZERS, _choices("train", "optimizer")),
+        (ADJACENCIES, _set_choices("privacy.adjacency")),
+        (METRICS, _set_choices("run.metric")),
+        (OPTIMIZERS, _set_choices("optim.name")),
         (OPTIMIZERS, _choices("demo", "optimizer")),
-        (DTYPES, _choices("train", "dtype")),
+        (DTYPES, _set_choices("performance.dtype")),
         (CHECK_DTYPES, _choices("check", "dtype")),
         (FAMILIES, _choices("check", "family")),
         (FAMILIES, _choices("bench", "families")),

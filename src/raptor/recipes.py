@@ -49,8 +49,11 @@ from raptor.training.config import (
     PerformanceConfig,
     PrivacyConfig,
     TrainConfig,
+    check_model_kind,
     default_train_config,
     default_weight_decay,
+    is_private,
+    lora_rule,
     replace_fields,
 )
 
@@ -81,6 +84,32 @@ REFERENCE_GRID: dict[str, GridSetting] = {
 }
 
 
+
+def _with(cfg: TrainConfig, overrides: dict) -> TrainConfig:
+    """``cfg`` with its top-level fields replaced; an unknown keyword is a ConfigError naming it
+    (and the nested config it belongs to, or the closest field), not a TypeError."""
+    import difflib
+    import inspect
+    from dataclasses import fields
+
+    from raptor.errors import ConfigError
+    from raptor.training.config import OptimConfig, PerformanceConfig, PrivacyConfig
+
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        name, caller = unknown[0], inspect.stack()[1].function
+        nested = {f.name: cls for cls in (PrivacyConfig, OptimConfig, PerformanceConfig) for f in fields(cls)}
+        if name in nested:
+            section = next(f.name for f in fields(TrainConfig) if f.type in (nested[name].__name__, nested[name]))
+            hint = (f"{name} is a field of {nested[name].__name__}: use "
+                    f"raptor.training.config.replace_fields(config, {{'{section}.{name}': ...}})")
+        else:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}=?" if close else f"the fields: {', '.join(sorted(known))}"
+        raise ConfigError(f"{caller}() got an unknown keyword argument {name}=; {hint}")
+    return replace(cfg, **overrides) if overrides else cfg
+
 def reference_grid_recipe(reference_method: str, *, epsilon: float | None = 8.0, **overrides) -> TrainConfig:
     """The config raptor runs for ``reference_method`` of the reference's grid (:data:`REFERENCE_GRID`).
 
@@ -91,13 +120,13 @@ def reference_grid_recipe(reference_method: str, *, epsilon: float | None = 8.0,
     if setting is None:
         raise ConfigError(f"reference_grid_recipe: unknown reference method {reference_method!r}; "
                           f"one of {sorted(REFERENCE_GRID)}")
-    private = setting.method != "nonprivate"
+    private = is_private(setting.method)
     cfg = TrainConfig(method=setting.method, epochs=setting.epochs, batch_size=setting.batch_size,
                       max_length=128, layers=setting.layers, lora=setting.lora, freeze_head=setting.freeze_head,
                       privacy=PrivacyConfig(epsilon=epsilon if private else None, clip_shared=1.0, clip_expert=1.0,
                                             shared_ratio=0.3),
                       optim=OptimConfig(name="adamw", lr=setting.lr, weight_decay=0.01))
-    return replace(cfg, **overrides) if overrides else cfg
+    return _with(cfg, overrides)
 
 
 def default_recipe(method: str = "raptor", model: str | None = DEFAULT_MODEL, **overrides) -> TrainConfig:
@@ -108,8 +137,9 @@ def default_recipe(method: str = "raptor", model: str | None = DEFAULT_MODEL, **
     5e-3 under LoRA, 2e-4 on full weights, 3e-3 for a tiny model). ``model=None``: a pre-trained
     model passed in without a name, on full weights. Full fine-tuning of the default model is
     ``default_recipe(method, lora=False)`` (its lr then follows: 2e-4)."""
+    check_model_kind(model)
     cfg = default_train_config(method, model, lora=overrides.pop("lora", None))
-    return replace(cfg, **overrides) if overrides else cfg
+    return _with(cfg, overrides)
 
 
 def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
@@ -121,20 +151,20 @@ def reference_recipe(method: str = "raptor", **overrides) -> TrainConfig:
     one sigma, same Poisson schedule) and ``dpsgd-full`` its naive one. Head initialisation is the
     caller's (``--head-init label-words``); a frozen random head is allowed but rarely useful."""
     cfg = TrainConfig(method=method, epochs=3.0, batch_size=1024, max_length=128, layers="last",
-                      lora=method not in ("dp-lora", "last-layer"), freeze_head=True,
-                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
+                      lora=lora_rule(method) == "optional", freeze_head=True,
+                      privacy=PrivacyConfig(epsilon=8.0 if is_private(method) else None, clip_shared=1.0,
                                             clip_expert=1.0, shared_ratio=0.3),
                       optim=OptimConfig(name="adamw", lr=2e-4))
-    return replace(cfg, **overrides) if overrides else cfg
+    return _with(cfg, overrides)
 
 
 def tiny_recipe(method: str = "raptor", **overrides) -> TrainConfig:
     """A seconds-long CPU run for tests: seeded (NOT secure), B 8, 3 steps, micro-batch 4."""
     cfg = TrainConfig(method=method, steps=3, batch_size=8, seed=0, max_length=16, layers="auto",
-                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, secure_rng=False),
+                      privacy=PrivacyConfig(epsilon=8.0 if is_private(method) else None, secure_rng=False),
                       performance=PerformanceConfig(micro_batch_size=4, eval_batch_size=16),
                       optim=OptimConfig(lr=1e-3))
-    return replace(cfg, **overrides) if overrides else cfg
+    return _with(cfg, overrides)
 
 
 #: named recipes (``raptor train --recipe NAME``): functions of the method returning a TrainConfig
@@ -177,7 +207,7 @@ def grid_recipe(method: str = "raptor", **overrides) -> TrainConfig:
     the uniform clip rule, dev batches of 256. The weight decay is the optimizer's
     (:func:`~raptor.training.config.default_weight_decay`) unless an override sets it."""
     cfg = TrainConfig(method=method, seed=0, eval_every=0, layers="auto", lora=False, freeze_head=False,
-                      privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0, clip_shared=1.0,
+                      privacy=PrivacyConfig(epsilon=8.0 if is_private(method) else None, clip_shared=1.0,
                                             clip_expert=1.0, clip_rule="uniform", shared_ratio=0.3,
                                             shared_split="none", secure_rng=False),
                       performance=PerformanceConfig(eval_batch_size=256),
@@ -206,7 +236,7 @@ def _demo_config(method: str, *, optimizer: str, lr: float, lr_expert: float, cl
     micro-batch 64, dev batches of 256; the expert stream's own lr for raptor only."""
     return TrainConfig(method=method, epochs=1.0, batch_size=256, max_length=40, lora=lora, freeze_head=freeze_head,
                        layers=layers, output_dir=f"runs/demo/{method}",
-                       privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 1.0, clip_shared=1.0,
+                       privacy=PrivacyConfig(epsilon=1.0 if is_private(method) else None, clip_shared=1.0,
                                              clip_expert=clip_expert, shared_ratio=0.9),
                        performance=PerformanceConfig(micro_batch_size=64, eval_batch_size=256),
                        optim=OptimConfig(name=optimizer, lr=lr, lr_expert=lr_expert if method == "raptor" else None,

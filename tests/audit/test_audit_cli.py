@@ -15,7 +15,7 @@ from raptor.cli.audit import load_run_inputs
 from raptor.cli.main import main
 from raptor.errors import ConfigError
 
-TINY_RUN = ("--max-train-samples", "300", "--max-eval-samples", "50", "--batch-size", "64", "--epochs", "1",
+TINY_RUN = ("--set", "data.max_train_samples=300", "--set", "data.max_eval_samples=50", "--batch-size", "64", "--epochs", "1",
             "--max-length", "16", "--seed", "1")
 
 

@@ -22,8 +22,8 @@ from raptor.cli.main import main
 from raptor.errors import ConfigError
 
 #: a seeded tiny run: few real records (the canaries cost no model compute), 10 updates, no mid-run eval
-DIRAC_RUN = ("--max-train-samples", "20", "--max-eval-samples", "20", "--steps", "10", "--max-length", "16",
-             "--seed", "1", "--eval-every", "0", "--micro-batch-size", "4096")
+DIRAC_RUN = ("--set", "data.max_train_samples=20", "--set", "data.max_eval_samples=20", "--steps", "10", "--max-length", "16",
+             "--seed", "1", "--set", "eval_every=0", "--set", "performance.micro_batch_size=4096")
 
 
 # --------------------------------------------------------------------------- the bound

@@ -17,7 +17,7 @@ def tsv(rows, header="sentence\tlabel"):
 
 
 GOOD_TSV = tsv(ROWS)
-TINY = ["--model", "switch_transformers", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
+TINY = ["--model", "switch_transformers", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16", "--set", "performance.micro_batch_size=8",
         "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
 
 

@@ -41,7 +41,7 @@ class Case:
     outcome: str = "error"  # "error": exit 2, one error line | "ok": exit 0 | "interrupt": exit 130/143
     unchanged: tuple = ()  # paths ("{d}/x.csv", "{run2}/results.json") whose bytes must not change
     patch: str | None = None  # name of a monkeypatch set-up below
-    drop: str | None = None  # a tiny flag the case leaves out (--steps for an --epochs case)
+    drop: str | None = None  # a tiny flag (or --set item) the case leaves out (--steps for an --epochs case)
 
 
 def _user(*extra, public=("--public-file", "{d}/public.tsv")):
@@ -75,7 +75,7 @@ CASES = [
          F, train=False, unchanged=("{d}/train.tsv",)),
     # ---- silently wrong
     Case("one fractional label among whole numbers", ["--train-file", "{d}/n.tsv", "--public-size", "20"],
-         r"n\.tsv: line 4: label '0\.5' .*--task-type", {"n.tsv": tsv(ROWS[:2] + [("typo", "0.5")] + ROWS[2:])}),
+         r"n\.tsv: line 4: label '0\.5' .*--set data.task_type", {"n.tsv": tsv(ROWS[:2] + [("typo", "0.5")] + ROWS[2:])}),
     Case("25 integer classes: the inferred task type is printed", ["--train-file", "{d}/m.tsv", "--public-size", "20"],
          r"task regression \(inferred", {"m.tsv": tsv([(s, i % 25) for i, (s, _) in enumerate(ROWS)])}, outcome="ok"),
     Case("JSONL with a duplicated key", ["--train-file", "{d}/j.jsonl", "--public-size", "2"],
@@ -93,8 +93,10 @@ CASES = [
          {**F, "half.tsv": tsv(ROWS[:5] + [(f"other {s}", y) for s, y in ROWS[:25]])}, outcome="ok"),
     Case("--layers auto:K beyond the model", _user("--layers", "auto:99"),
          r"--layers auto:99 \(num_auto_layers\): the model has only 2 MoE layers", F),
-    Case("--checkpoint-every negative", _user("--checkpoint-every", "-1"), r"--checkpoint-every must be an integer >= 0", F),
-    Case("--max-eval-samples 0", _user("--max-eval-samples", "0"), r"--max-eval-samples must be an integer >= 1", F),
+    Case("--checkpoint-every negative", _user("--set", "run.checkpoint_every=-1"),
+         r"--set run.checkpoint_every must be an integer >= 0", F),
+    Case("--max-eval-samples 0", _user("--set", "data.max_eval_samples=0"),
+         r"--set data.max_eval_samples must be an integer >= 1", F),
     Case("predict --max-length 0", ["predict", "--model", "{run}", "--input", "{d}/train.tsv", "--max-length", "0"],
          r"--max-length must be an integer >= 1", F, train=False),
     Case("check --batch-size 0", ["check", "olmoe", "--batch-size", "0"], r"--batch-size must be an integer >= 1",
@@ -151,16 +153,21 @@ CASES = [
     Case("a pretty-printed JSON array", ["--train-file", "{d}/a.json", "--public-size", "20"],
          r"a\.json: .*a JSON array.*JSON Lines",
          {"a.json": json.dumps([{"sentence": s, "label": y} for s, y in ROWS], indent=2)}),
-    Case("--max-train-samples 0", _user("--max-train-samples", "0"), r"--max-train-samples must be an integer >= 1", F),
-    Case("--max-train-samples -1", _user("--max-train-samples", "-1"), r"--max-train-samples must be an integer >= 1", F),
+    Case("--max-train-samples 0", _user("--set", "data.max_train_samples=0"),
+         r"--set data.max_train_samples must be an integer >= 1", F),
+    Case("--max-train-samples -1", _user("--set", "data.max_train_samples=-1"),
+         r"--set data.max_train_samples must be an integer >= 1", F),
     Case("--objective generate on a .tsv", ["--objective", "generate", "--model", "olmoe", "--train-file", "{d}/qa.tsv",
                                             "--public-size", "8"], r"--objective generate reads JSON Lines.*qa\.tsv",
          {"qa.tsv": QA_TSV}),
-    Case("--tokenizer that does not exist", _user("--tokenizer", "nonexistent"),
-         r"--tokenizer nonexistent: no such directory or file", F),
-    Case("--alternate 0:1 names the flag", _user("--alternate", "0:1"), r"^raptor train: error: --alternate", F),
-    Case("--hidden-size 6 names the flag", _user("--hidden-size", "6"), r"^raptor train: error: --hidden-size 6", F),
-    Case("--num-experts 0 names the flag", _user("--num-experts", "0"), r"^raptor train: error: --num-experts", F),
+    Case("--tokenizer that does not exist", _user("--set", "model.tokenizer=nonexistent"),
+         r"--set model.tokenizer nonexistent: no such directory or file", F),
+    Case("--alternate 0:1 names the flag", _user("--set", "privacy.schedule.alternate=0,1"),
+         r"^raptor train: error: --set privacy.schedule.alternate", F),
+    Case("--hidden-size 6 names the flag", _user("--set", "model.hidden_size=6"),
+         r"^raptor train: error: --set model.hidden_size=6", F, drop="model.hidden_size=16"),
+    Case("--num-experts 0 names the flag", _user("--set", "model.num_experts=0"),
+         r"^raptor train: error: --set model.num_experts", F),
     # ---- the other commands
     *[Case(f"inspect {' '.join(extra)}", ["inspect", "--model", "switch_transformers", "--train-file", "{d}/train.tsv", "--public-size", "20",
                                           "--vocab-size", "60", "--hidden-size", "16", *extra], expect, F, train=False)
@@ -243,8 +250,8 @@ def _patch(name, monkeypatch, d, run):
 
         monkeypatch.setattr(final_model, "save_final_model", full)
     elif name in ("ctrl_c", "sigterm"):
-        def interrupted(*a, **k):
-            config = next(v for v in (*a, *k.values()) if hasattr(v, "output_dir"))  # the run's TrainConfig
+        def interrupted(self):
+            config = self.trainer.config  # the prepared run's TrainConfig
             shutil.copytree(run / "checkpoint", Path(config.output_dir) / "checkpoint")
             if name == "ctrl_c":
                 raise KeyboardInterrupt
@@ -253,7 +260,7 @@ def _patch(name, monkeypatch, d, run):
                 raise AssertionError("raptor train installs no SIGTERM handler")
             handler(signal.SIGTERM, None)
 
-        monkeypatch.setattr(fine_tune, "run_fine_tune", interrupted)
+        monkeypatch.setattr(fine_tune.PreparedRun, "fit", interrupted)
     else:
         raise AssertionError(name)
 
@@ -277,7 +284,8 @@ def run_case(case, d, finished_run, capsys, monkeypatch):
     tiny = list(TINY)
     if case.drop:  # a tiny default that the case replaces (e.g. --steps for an --epochs case)
         i = tiny.index(case.drop)
-        del tiny[i:i + 2]
+        start = i if case.drop.startswith("--") else i - 1  # a flag and its value, or "--set" and its item
+        del tiny[start:start + 2]
     if case.train:
         argv = ["train", "--model", "switch_transformers", *tiny, *([] if "--output-dir" in argv else ["--output-dir", str(d / "out")]), *argv]
     capsys.readouterr()

@@ -32,7 +32,8 @@ ROWS = [{"sentence": f"{WORDS[i % 6]} film {WORDS[(i * 5) % 6]}", "label": int(W
         for i in range(40)]
 TSV = "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in ROWS + ROWS[:20])
 DEV_TSV = "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in ROWS[20:])
-TINY = ["--model", "switch_transformers", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--micro-batch-size", "8",
+TINY = ["--model", "switch_transformers", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16",
+        "--set", "performance.micro_batch_size=8",
         "--no-progress", "--steps", "1", "--seed", "1", "--batch-size", "8", "--epsilon", "4"]
 
 

@@ -224,14 +224,14 @@ def _flag_cases(tmp_path: Path, *, write: bool = True):
         "check --tolerance -1": (["check", "olmoe", "--tolerance", "-1"],
                                  r"--tolerance must be a positive finite relative error"),
         "check --seq-len 1e6": (["check", "olmoe", "--seq-len", "1000000"], r"--seq-len must be an integer <= 4,096"),
-        "inspect --count 99": (["inspect", "--model", "switch_transformers", *TINY[:6], "--train-file", tmp_path / "train.tsv", "--public-size", "20",
+        "inspect --count 99": (["inspect", "--model", "switch_transformers", "--vocab-size", "60", "--max-length", "12", "--train-file", tmp_path / "train.tsv", "--public-size", "20",
                                 "--count", "99"], r"--count 99: the model has only \d+ MoE layers"),
         "train --freeze-shared-experts on a classifier": (
-            [*train, "--model", "qwen2_moe", "--method", "dpsgd-full", "--freeze-shared-experts"],
-            r"--freeze-shared-experts applies to --objective generate"),
+            [*train, "--model", "qwen2_moe", "--method", "dpsgd-full", "--set", "run.freeze_shared_experts=true"],
+            r"--set run.freeze_shared_experts applies to --objective generate"),
         "train --metric f1 on 3 classes": (
             ["train", "--model", "switch_transformers", *TINY, "--train-file", tmp_path / "three.tsv", "--public-size", "20", "--output-dir", out,
-             "--metric", "f1"], r"--metric f1 is the binary F1 of label id 1, but the train labels have 3 classes"),
+             "--set", "run.metric=f1"], r"--set run.metric=f1 is the binary F1 of label id 1, but the train labels have 3 classes"),
     }
 
 
@@ -272,7 +272,7 @@ def yes_no_dir(tmp_path_factory):
 
 def _label_word_run(d, out, *words):
     return ["train", "--model", "switch_transformers", *TINY, "--train-file", d / "train.tsv", "--public-size", "20", "--output-dir", out,
-            "--head-init", "label-words", "--label-words", *words]
+            "--set", "model.head_init=label-words", "--set", "model.label_words=" + ",".join(words)]
 
 
 def test_label_words_that_are_the_label_names_go_to_those_labels(yes_no_dir, tmp_path, capsys):
@@ -287,13 +287,13 @@ def test_label_words_that_are_the_label_names_go_to_those_labels(yes_no_dir, tmp
 
 def test_a_label_word_that_names_another_label_is_refused(yes_no_dir, tmp_path, capsys):
     rc, _, err = run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "yes", "movie"), capsys)
-    one_error_line(rc, err, r"--label-words: the word 'yes' is the name of label 1 but would initialise label 0 "
+    one_error_line(rc, err, r"--set model.label_words: the word 'yes' is the name of label 1 but would initialise label 0 "
                              r"\('no'\)")
 
 
 def test_label_words_the_tokenizer_does_not_know_are_refused(yes_no_dir, tmp_path, capsys):
     rc, _, err = run_cli(_label_word_run(yes_no_dir, tmp_path / "out", "zzqx", "qqzx"), capsys)
-    one_error_line(rc, err, r"--label-words: 'zzqx' and 'qqzx' are both the unknown token in this tokenizer, so their "
+    one_error_line(rc, err, r"--set model.label_words: 'zzqx' and 'qqzx' are both the unknown token in this tokenizer, so their "
                              r"head rows would be identical")  # before: every prediction class 0, blamed on --lr
 
 
@@ -371,11 +371,23 @@ def test_fine_tune_bad_labels_and_arguments(kwargs, error, pattern, tok, tmp_pat
 
 
 def test_ints_and_whole_floats_are_one_label_each(tok, tmp_path, capsys):
-    out = _call(tok, tmp_path, train=_labels([0, 1, 0.0, 1.0] * 7 + [0, 1]))
+    out = _call(tok, tmp_path, train=_labels([0, 1, 0.0, 1.0] * 7 + [0, 1]), verbose=True)
     # before: int 1 was stored as class '0.0' in the map {0: '0', 1: '1', 2: '0.0', 3: '1.0'}
     assert out.results["label_map"] == {"0": "0", "1": "1"}
     assert out.results["labels"] == [{"label": "0", "id": 0, "word": None}, {"label": "1", "id": 1, "word": None}]
     assert "raptor: labels (label -> id): '0' -> 0, '1' -> 1" in capsys.readouterr().out
+
+
+def test_fine_tune_prints_nothing_unless_asked(tok, tmp_path, capsys):
+    """The library speaks through its results and warnings: no label map, no line on stdout or
+    stderr, unless verbose=True."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a tiny run may warn that it is below the majority class
+        _call(tok, tmp_path)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "", captured
 
 
 def test_string_labels_are_named_in_the_map(tok, tmp_path):
@@ -463,8 +475,10 @@ def test_a_final_accuracy_below_the_majority_class_is_warned(capsys):
                             public=data)
     trainer.evaluate = lambda: {"metrics": {"accuracy": 0.5}, "main_metric": "accuracy", "dev_loss": 0.7,
                                 "accuracy": 0.5, "single_class": None, "majority_class_accuracy": 0.6}
-    trainer.fit(progress=False)
-    assert "below the majority class's share 0.6000" in capsys.readouterr().err
+    from raptor.errors import RaptorWarning
+
+    with pytest.warns(RaptorWarning, match="below the majority class's share 0.6000"):
+        trainer.fit(progress=False)
 
 
 def test_a_failed_checkpoint_write_leaves_no_tmp_directory(tmp_path, monkeypatch):

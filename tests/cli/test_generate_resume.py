@@ -35,8 +35,8 @@ def qa(tmp_path_factory):
 def _args(qa, out, *extra, seed=True):
     return ["train", "--model", "olmoe", "--objective", "generate", "--train-file", str(qa / "train.jsonl"),
             "--validation-file", str(qa / "dev.jsonl"), "--public-size", "8", "--steps", str(STEPS),
-            "--batch-size", "8", "--micro-batch-size", "8", "--max-length", "12", "--hidden-size", "16",
-            "--vocab-size", "60", "--max-new-tokens", "2", "--max-eval-samples", "2", "--epsilon", "4", "--checkpoint-every", "1",
+            "--batch-size", "8", "--set", "performance.micro_batch_size=8", "--max-length", "12", "--set", "model.hidden_size=16",
+            "--set", "model.vocab_size=60", "--set", "run.max_new_tokens=2", "--set", "data.max_eval_samples=2", "--epsilon", "4", "--set", "run.checkpoint_every=1",
             "--no-progress", "--output-dir", str(out), *(["--seed", "0"] if seed else []), *extra]
 
 
@@ -124,7 +124,7 @@ def test_unseeded_generate_run_resumes_exactly(qa, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("extra,named", [
     (["--lr", "0.5"], r"--lr (optim.lr): 0.003 -> 0.5"),
-    (["--freeze-shared-experts"], r"--freeze-shared-experts (freeze_shared_experts): False -> True"),
+    (["--set", "run.freeze_shared_experts=true"], r"freeze_shared_experts: False -> True"),
     (["--steps", "6"], r"--steps (steps): 4 -> 6"),
 ])
 def test_changed_generate_run_is_refused_naming_the_field(qa, seeded_reference, tmp_path, capsys, extra, named):

@@ -32,11 +32,12 @@ def _train(train_file, out, *extra):
             "--max-length", "16", "--seed", "0", "--no-progress", "--output-dir", out, *extra]
 
 
-@pytest.mark.parametrize("flags", [["--hidden-size", "32"], ["--num-layers", "3", "--num-experts", "8"],
-                                   ["--vocab-size", "500"]])
+@pytest.mark.parametrize("flags", [["--set", "model.hidden_size=32"],
+                                   ["--set", "model.num_layers=3", "--set", "model.num_experts=8"],
+                                   ["--set", "model.vocab_size=500"]])
 def test_tiny_size_flags_with_a_pretrained_model_are_refused(flags, train_file, tmp_path, capsys):
     rc, _, err = run_cli(_train(train_file, tmp_path / "out", "--model", SWITCH, *flags), capsys)
-    given = " ".join(flags)
+    given = " ".join(flags[i] + " " + flags[i + 1] for i in range(0, len(flags), 2))
     one_error_line(rc, err, rf"^raptor train: error: {given}: th(is|ese) sets? the size of a tiny random-init "
                             rf"family, but --model {SWITCH} is a pretrained model whose sizes are its own")
     assert not (tmp_path / "out" / "results.json").exists()
@@ -44,8 +45,9 @@ def test_tiny_size_flags_with_a_pretrained_model_are_refused(flags, train_file, 
 
 def test_another_tokenizer_on_minilm_moe_is_refused(minilm_cache, train_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAPTOR_CACHE", str(minilm_cache))
-    rc, _, err = run_cli(_train(train_file, tmp_path / "out", "--model", "minilm-moe", "--tokenizer", SWITCH), capsys)
-    one_error_line(rc, err, rf"--tokenizer {SWITCH}: its vocabulary \(\d+ tokens\) is not the one --model minilm-moe "
+    rc, _, err = run_cli(_train(train_file, tmp_path / "out", "--model", "minilm-moe", "--set", f"model.tokenizer={SWITCH}"),
+                         capsys)
+    one_error_line(rc, err, rf"--set model.tokenizer {SWITCH}: its vocabulary \(\d+ tokens\) is not the one --model minilm-moe "
                             r"was trained with \(30522 tokens")
 
 
@@ -70,7 +72,7 @@ def bert_run(tmp_path_factory):
     (d / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"a {WORDS[i % 4]} film {i}\t{i % 2}\n"
                                                               for i in range(40)))
     assert main(["train", "--model", "bert_moe", "--train-file", str(d / "train.tsv"), "--public-size", "8",
-                 "--steps", "1", "--batch-size", "8", "--max-length", "16", "--hidden-size", "16", "--vocab-size", "60",
+                 "--steps", "1", "--batch-size", "8", "--max-length", "16", "--set", "model.hidden_size=16", "--set", "model.vocab_size=60",
                  "--seed", "0", "--no-progress", "--output-dir", str(d / "out")]) == 0
     return d / "out"
 

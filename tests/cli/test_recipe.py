@@ -4,58 +4,51 @@ small things: --metric on a --train-file run, the collapsed-classifier warning, 
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from raptor.cli.main import main
-from raptor.cli.recipe import _FIELDS, apply_recipe
 from raptor.recipes import RECIPES
 from raptor.training.config import TrainConfig
 
 
-def _parser():
-    from raptor.cli.train import add_arguments
+def _config(*flags):
+    from raptor.cli.main import build_parser
+    from raptor.cli.train import config_from_args
 
-    p = argparse.ArgumentParser()
-    add_arguments(p)
-    return p
+    args = build_parser(["train"]).parse_args(["train", *flags])
+    return config_from_args(args), args
 
 
 def test_recipe_fills_only_what_was_not_given():
-    p = _parser()
-    args = apply_recipe(p.parse_args(["--recipe", "paper", "--shared-ratio", "0.9"]))
-    assert (args.lora, args.freeze_head, args.layers, args.batch_size, args.lr) == (True, True, "last", 1024, 2e-4)
-    assert args.shared_ratio == 0.9 and args.head_init == "label-words"
-    plain = apply_recipe(p.parse_args([]))
+    cfg, args = _config("--recipe", "paper", "--set", "privacy.shared_ratio=0.9")
+    assert (cfg.lora, cfg.freeze_head, cfg.layers, cfg.batch_size, cfg.optim.lr) == (True, True, "last", 1024, 2e-4)
+    assert cfg.privacy.shared_ratio == 0.9 and args.head_init == "label-words"
+    plain, args = _config()
     default = TrainConfig()
-    assert (plain.lora, plain.freeze_head, plain.layers, plain.shared_ratio, plain.head_init) == \
+    assert (plain.lora, plain.freeze_head, plain.layers, plain.privacy.shared_ratio, args.head_init) == \
         (True, default.freeze_head, "auto", default.privacy.shared_ratio, "random")  # LoRA: the default model's
-    tiny = apply_recipe(p.parse_args(["--model", "switch_transformers"]))
+    tiny, _ = _config("--model", "switch_transformers")
     assert tiny.lora is default.lora is False
-    assert plain.lr is None and plain.batch_size is None  # their own default rules apply later
+    assert plain.batch_size is None and plain.optim.lr == 5e-3  # N/10 later; the pre-trained LoRA rate
 
 
-def test_recipe_fields_the_parser_does_not_govern_are_its_defaults():
-    """Every recipe field either has a None parser default (filled by apply_recipe) or its parser
-    default already equals the recipe's value (epochs, C, optimizer, max length)."""
-    p = _parser()
-    defaults = vars(p.parse_args([]))
+def test_recipe_config_is_the_recipe_with_the_flags_given():
+    """Under --recipe, every field not given is the recipe's own (the base of the run's config)."""
     for name, recipe in RECIPES.items():
-        cfg = recipe("raptor")
-        for dest in _FIELDS:
-            assert defaults[dest] is None, dest
-        assert (defaults["epochs"], defaults["clip"], defaults["clip_expert"], defaults["optimizer"],
-                defaults["max_length"]) == (cfg.epochs, cfg.privacy.clip_shared, cfg.privacy.clip_expert,
-                                            cfg.optim.name, cfg.max_length), name
+        cfg, _ = _config("--recipe", name, "--model", "switch_transformers")
+        assert cfg == recipe("raptor"), name
+        given, _ = _config("--recipe", name, "--model", "switch_transformers", "--epochs", "1", "--lr", "0.1")
+        assert given == __import__("dataclasses").replace(recipe("raptor"), epochs=1.0, optim=__import__(
+            "dataclasses").replace(recipe("raptor").optim, lr=0.1)), name
 
 
 def test_paper_recipe_run_end_to_end(sentiment_files, tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--model", "switch_transformers", "--recipe", "paper", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file",
-                 str(sentiment_files / "dev.tsv"), "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
-                 "--hidden-size", "16", "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3",
-                 "--steps", "2", "--label-words", "bad", "good", "--output-dir", str(out), "--no-progress",
-                 "--metric", "matthews_correlation", "f1"]) == 0
+                 str(sentiment_files / "dev.tsv"), "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12",
+                 "--set", "model.hidden_size=16", "--batch-size", "16", "--set", "performance.micro_batch_size=8", "--seed", "3",
+                 "--steps", "2", "--set", "model.label_words=bad,good", "--output-dir", str(out), "--no-progress",
+                 "--set", "run.metric=matthews_correlation,f1"]) == 0
     res = json.loads((out / "results.json").read_text())
     cfg = res["config"]
     assert (cfg["lora"], cfg["freeze_head"], cfg["layers"], cfg["privacy"]["shared_ratio"]) == \
@@ -69,10 +62,10 @@ def test_paper_recipe_run_end_to_end(sentiment_files, tmp_path):
 
 
 def test_metric_of_the_wrong_task_type_is_refused(sentiment_files, tmp_path, capsys):
-    assert main(["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20", "--vocab-size", "60",
-                 "--max-length", "12", "--hidden-size", "16", "--batch-size", "16", "--seed", "3", "--steps", "1",
-                 "--output-dir", str(tmp_path / "r"), "--no-progress", "--metric", "pearson"]) == 2
-    assert "--metric" in capsys.readouterr().err
+    assert main(["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20", "--set", "model.vocab_size=60",
+                 "--max-length", "12", "--set", "model.hidden_size=16", "--batch-size", "16", "--seed", "3", "--steps", "1",
+                 "--output-dir", str(tmp_path / "r"), "--no-progress", "--set", "run.metric=pearson"]) == 2
+    assert "--set run.metric" in capsys.readouterr().err
 
 
 def test_collapsed_classifier_is_reported():

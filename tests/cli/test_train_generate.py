@@ -27,12 +27,12 @@ def vl2_files(tmp_path_factory):
 def _vl2_args(d, out, method):
     return ["train", "--model", str(d / "model"), "--objective", "generate",
             "--train-file", str(d / "data" / "train.jsonl"), "--validation-file", str(d / "data" / "dev.jsonl"),
-            "--method", method, "--batch-size", "8", "--micro-batch-size", "8", "--steps", "2", "--lr", "3e-3",
+            "--method", method, "--batch-size", "8", "--set", "performance.micro_batch_size=8", "--steps", "2", "--lr", "3e-3",
             "--max-length", "40", "--public-size", "8", "--seed", "0", "--output-dir", str(out), "--no-progress",
-            "--max-new-tokens", "2", "--max-eval-samples", "2", "--epsilon", "8", "--delta", "1e-5", "--shared-ratio", "0.9"]
+            "--set", "run.max_new_tokens=2", "--set", "data.max_eval_samples=2", "--epsilon", "8", "--delta", "1e-5", "--set", "privacy.shared_ratio=0.9"]
 
 
-@pytest.mark.parametrize("method,extra", [("raptor", ["--alternate", "1:1", "--freeze-shared-experts"]),
+@pytest.mark.parametrize("method,extra", [("raptor", ["--set", "privacy.schedule.alternate=1,1", "--set", "run.freeze_shared_experts=true"]),
                                           ("dpsgd", []), ("dp-lora", ["--lora", "16"])])
 def test_vl2_trains_under_dp_and_generates(vl2_files, tmp_path, method, extra, capsys):
     out = tmp_path / method
@@ -65,7 +65,8 @@ def test_vl2_vision_side_and_frozen_shared_experts_do_not_move(vl2_files, tmp_pa
     from raptor.training.generate import GenerativeObjective
     from raptor.training.run.assemble import build_trainer
 
-    args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--freeze-shared-experts", "--no-lora"])
+    args = build_parser().parse_args(_vl2_args(vl2_files, tmp_path / "x", "raptor") + ["--set", "run.freeze_shared_experts=true", "--no-lora"])
+    config_from_args(args)  # every setting on the namespace
     inputs = read_generate_inputs(generate_source(args), torch.Generator().manual_seed(0))
     model, tok = inputs.model, inputs.tokenizer
     train, public, val, ev = encode_generative(model, tok, inputs.private, inputs.public, inputs.dev,
@@ -106,8 +107,8 @@ def test_olmoe_generative_fine_tuning_from_the_cli(tmp_path):
     out = tmp_path / "run"
     assert main(["train", "--model", "olmoe", "--objective", "generate", "--train-file", str(tmp_path / "train.jsonl"),
                  "--validation-file", str(tmp_path / "dev.jsonl"), "--method", "raptor", "--batch-size", "8",
-                 "--steps", "2", "--max-length", "16", "--hidden-size", "16", "--public-size", "10", "--seed", "0",
-                 "--output-dir", str(out), "--no-progress", "--max-new-tokens", "2"]) == 0
+                 "--steps", "2", "--max-length", "16", "--set", "model.hidden_size=16", "--public-size", "10", "--seed", "0",
+                 "--output-dir", str(out), "--no-progress", "--set", "run.max_new_tokens=2"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["steps"] == 2 and res["final_exact_match"] is not None and res["trained_layers"]
 

@@ -1,5 +1,7 @@
-"""``raptor train --help`` lists its flags in sections (issue 25): data, model, method, privacy,
-optimisation, run; every flag of the parser is in exactly one section and shown there."""
+"""``raptor train --help`` lists its flags in sections (data, model, method, privacy,
+optimisation, run), every flag of the parser in exactly one section and shown there; at most 30
+first-class flags, built from the settings' metadata, so that a new field or a new method row is
+one edit."""
 
 from __future__ import annotations
 
@@ -60,10 +62,9 @@ def test_every_train_flag_is_in_one_section_and_shown_there(monkeypatch):
         assert shown[title] == in_sections[title], title
     assert set().union(*shown.values()) - {"-h", "--help"} == everything  # the help lists exactly the parser's flags
     # the flags of every module that adds train flags sit where they belong
-    for flag, title in {"--task": "data", "--prompt-field": "data", "--model": "model", "--recipe": "method",
-                        "--lora": "method", "--shared-split": "privacy",
-                        "--epsilon": "privacy", "--lr": "optimisation", "--distributed": "run",
-                        "--max-new-tokens": "run"}.items():
+    for flag, title in {"--task": "data", "--max-length": "data", "--model": "model", "--recipe": "method",
+                        "--lora": "model", "--objective": "method", "--epsilon": "privacy", "--lr": "optimisation",
+                        "--set": "run", "--output-dir": "run"}.items():
         assert flag in in_sections[title], (flag, title)
 
 
@@ -72,3 +73,57 @@ def test_section_reuses_a_group_and_refuses_an_unknown_name():
     assert section(parser, "data") is section(parser, "data")
     with pytest.raises(ValueError, match="unknown help section"):
         section(parser, "misc")
+
+
+def test_help_lists_at_most_30_flags():
+    everything = {o for a in _train_parser()._actions for o in a.option_strings} - {"-h", "--help"}
+    assert len(everything) <= 30, sorted(everything)
+
+
+def test_settings_flags_are_named_after_their_fields():
+    """A command setting's flag sets the namespace attribute of its field's name (what the command reads)."""
+    from raptor.cli.set_fields import leaf_fields
+    from raptor.cli.settings import SETTINGS
+
+    for cls in SETTINGS.values():
+        for name, (f, _) in leaf_fields(cls).items():
+            if f.metadata.get("flag"):
+                assert f.metadata["flag"] == "--" + name.replace("_", "-"), name
+
+
+def test_a_throwaway_field_is_a_flag_by_its_declaration_alone():
+    """A config field made in this test, with a flag in its metadata, is in --help, in its section,
+    and parsed into the run's config; a second one without a flag is reached by --set."""
+    import dataclasses
+
+    from raptor.cli.flags import add_train_flags, resolve_train_args
+    from raptor.cli.sections import add_sections
+    from raptor.training.config import TrainConfig, setting
+
+    @dataclasses.dataclass(frozen=True)
+    class Throwaway(TrainConfig):
+        knob: float = setting(1.5, flag="--knob", section="optimisation", help="a throwaway knob")
+        quiet_knob: int = setting(3, help="reached by --set only")
+
+    parser = argparse.ArgumentParser()
+    add_sections(parser)
+    add_train_flags(parser, Throwaway)
+    assert "a throwaway knob (default 1.5)" in " ".join(parser.format_help().split())
+    groups = {g.title: {o for a in g._group_actions for o in a.option_strings} for g in parser._action_groups}
+    assert "--knob" in groups["optimisation"] and "--quiet-knob" not in str(groups)
+    args = parser.parse_args(["--model", "switch_transformers", "--knob", "2.5", "--set", "quiet_knob=7"])
+    config = resolve_train_args(args, Throwaway)
+    assert isinstance(config, Throwaway) and (config.knob, config.quiet_knob) == (2.5, 7)
+    assert resolve_train_args(parser.parse_args(["--model", "switch_transformers"]), Throwaway).knob == 1.5
+
+
+def test_a_throwaway_method_row_is_a_method_of_the_cli(monkeypatch):
+    """A row added to the method table (in this test) is a --method choice and a valid config."""
+    from raptor.cli.train import config_from_args
+    from raptor.training import methods
+
+    monkeypatch.setitem(methods.METHOD_SPECS, "throwaway", methods.METHOD_SPECS["dpsgd"])
+    parser = build_parser(["train"])
+    args = parser.parse_args(["train", "--model", "switch_transformers", "--method", "throwaway"])
+    assert config_from_args(args).method == "throwaway"
+    assert "throwaway" in parser.format_help() or "throwaway" in _train_parser().format_help()

@@ -65,7 +65,7 @@ def test_label_words_go_to_the_labels_they_name(names, order, other_words):
     try:
         words = align_label_words(names, other_words)
     except ConfigError as err:
-        assert str(err).startswith("--label-words: ")
+        assert str(err).startswith("label_words: ")
         return
     assert len(words) == len(names)
     assert all(w not in names or names.index(w) == i for i, w in enumerate(words))  # never another label's word

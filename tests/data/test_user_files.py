@@ -229,7 +229,7 @@ def test_task_type_forces_regression_or_classification(write):
     assert load_user_files(train, task_type="regression").train.labels == (1.0, 0.0, 1.0)
     floats = write("floats.csv", "sentence,label\na,0.5\nb,1.5\n")
     assert load_user_files(floats, task_type="classification").train.label_names == ("0.5", "1.5")
-    with pytest.raises(DataError, match="--task-type must be one of auto, classification, regression"):
+    with pytest.raises(DataError, match="data.task_type must be one of auto, classification, regression"):
         load_user_files(train, task_type="ordinal")
 
 
@@ -251,7 +251,7 @@ def test_stsb_task_on_user_files_is_regression(write):
     splits = load_user_files(train, text_columns=["sentence1", "sentence2"], task="stsb")
     assert splits.task_type == "regression" and splits.train.labels == (4.2, 1.0)
     assert splits.metric_names == ("pearson", "spearman")
-    with pytest.raises(DataError, match="--task stsb is a regression task; drop --task-type classification"):
+    with pytest.raises(DataError, match="--task stsb is a regression task; drop data.task_type=classification"):
         load_user_files(train, text_columns=["sentence1", "sentence2"], task="stsb", task_type="classification")
 
 

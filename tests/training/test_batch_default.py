@@ -26,7 +26,7 @@ def test_library_default_is_resolved_from_the_data_and_explicit_values_are_kept(
     assert resolve_batch_size(TrainConfig(), 300).batch_size == 30
     explicit = TrainConfig(batch_size=64)
     assert resolve_batch_size(explicit, 300) is explicit
-    with pytest.raises(ConfigError, match="--batch-size 1024 must be below the 300 private records"):
+    with pytest.raises(ConfigError, match=r"batch_size 1024 \(--batch-size\) must be below the 300 private records"):
         resolve_batch_size(TrainConfig(batch_size=1024), 300)  # the user's choice, refused by name
     assert TrainConfig(epochs=2.0).num_steps(300) == 2 * 10  # T from the default B = 30
     with pytest.raises(ConfigError, match="batch_size must be an integer >= 1"):

@@ -121,9 +121,9 @@ def test_released_gradients_travel_in_one_bucket_unless_huge():
 
 
 def test_dist_config_errors_name_the_flag():
-    with pytest.raises(ValueError, match="--dist-backend"):
+    with pytest.raises(ValueError, match="run.dist_backend"):
         DistConfig("mpi")
-    with pytest.raises(ValueError, match="--dist-timeout"):
+    with pytest.raises(ValueError, match="run.dist_timeout"):
         DistConfig("gloo", 0)
     with pytest.raises(ValueError, match="nccl needs --device cuda"):
         init_communicator(DistConfig("nccl"), "cpu")
@@ -141,12 +141,12 @@ def test_train_cli_distributed_without_torchrun_exits_2_naming_torchrun(monkeypa
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert main(["train", "--model", "switch_transformers", "--distributed", "--steps", "1", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--set", "run.distributed=true", "--steps", "1", "--output-dir", str(tmp_path)]) == 2
     assert "torchrun" in capsys.readouterr().err
-    assert main(["train", "--model", "switch_transformers", "--distributed", "--dist-backend", "nccl", "--output-dir", str(tmp_path)]) == 2
+    assert main(["train", "--model", "switch_transformers", "--set", "run.distributed=true", "--set", "run.dist_backend=nccl", "--output-dir", str(tmp_path)]) == 2
     assert "--device cuda" in capsys.readouterr().err
-    assert main(["train", "--model", "switch_transformers", "--distributed", "--objective", "generate", "--output-dir", str(tmp_path)]) == 2
-    assert "--distributed supports --objective classify only" in capsys.readouterr().err
+    assert main(["train", "--model", "switch_transformers", "--set", "run.distributed=true", "--objective", "generate", "--output-dir", str(tmp_path)]) == 2
+    assert "--set run.distributed=true supports --objective classify only" in capsys.readouterr().err
 
 
 def _env():
@@ -261,4 +261,4 @@ def test_a_dead_rank_ends_the_job_with_a_clear_error():
     assert procs[1].returncode == 3, outs[1][-2000:]
     assert procs[0].returncode != 0 and "unreachable" not in outs[0]
     assert "DistributedError: rank 0/2: all_reduce of the released gradients failed" in outs[0], outs[0][-2000:]
-    assert "--dist-timeout 20 s" in outs[0]
+    assert "run.dist_timeout=20 s" in outs[0]

@@ -58,7 +58,7 @@ def test_one_batch_size_rule_refuses_q_of_one_or_more(batch_size, n):
     from raptor.training.methods import METHOD_SPECS
     from raptor.training.step.noise_plans import make_noise_plan
 
-    with pytest.raises(ConfigError, match=f"--batch-size {batch_size} must be below the {n} private records"):
+    with pytest.raises(ConfigError, match=rf"batch_size {batch_size} \(--batch-size\) must be below the {n} private records"):
         check_batch_size(batch_size, n)
     with pytest.raises(ConfigError, match="must be below"):  # make_noise_plan used to accept q = 1
         make_noise_plan(TrainConfig(method="dpsgd", steps=1, batch_size=batch_size), METHOD_SPECS["dpsgd"],

@@ -114,9 +114,9 @@ def test_unseeded_run_killed_with_sigkill_resumes_exactly(tmp_path, processes):
     _write(tmp_path / "dev.tsv", rows[120:])
     steps = 40
     common = ["--model", "switch_transformers", "--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
-              "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
-              "--batch-size", "16", "--micro-batch-size", "8", "--no-progress", "--epsilon", "4",
-              "--steps", str(steps), "--checkpoint-every", "3"]  # no --seed: OS CSPRNG, secure mode
+              "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16",
+              "--batch-size", "16", "--set", "performance.micro_batch_size=8", "--no-progress", "--epsilon", "4",
+              "--steps", str(steps), "--set", "run.checkpoint_every=3"]  # no --seed: OS CSPRNG, secure mode
 
     # 1. an unseeded run, killed as soon as it has a checkpoint (its random init and generators are in it)
     first = tmp_path / "first"

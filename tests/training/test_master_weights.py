@@ -60,7 +60,7 @@ def test_state_dict_round_trip_restores_masters_and_parameters():
     other = MasterWeightOptimizer(torch.optim.SGD([fresh], lr=1e-3), [(fresh, q)])
     other.load_state_dict(state)
     assert torch.equal(fresh, master) and torch.equal(q, p)
-    with pytest.raises(ValueError, match="--dtype"):
+    with pytest.raises(ValueError, match="performance.dtype"):
         other.load_state_dict(torch.optim.SGD([fresh], lr=1e-3).state_dict())  # a float32 run's state
 
 

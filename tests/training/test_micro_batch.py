@@ -45,6 +45,6 @@ def test_choice_depends_on_seq_len_not_on_data():
 
 
 def test_budget_must_be_positive():
-    with pytest.raises(ConfigError, match="memory-budget-mib"):
+    with pytest.raises(ConfigError, match="memory_budget_mib"):
         PerformanceConfig(memory_budget_mib=0)
     assert PerformanceConfig(memory_budget_mib=64).memory_budget_mib == 64

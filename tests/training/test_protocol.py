@@ -143,7 +143,7 @@ def test_split_shared_stream_is_one_gaussian_with_the_same_budget():
 
 
 def test_split_refusals():
-    with pytest.raises(ConfigError, match="shared-split"):
+    with pytest.raises(ConfigError, match="privacy.shared_split=head"):
         _trainer("dpsgd", privacy=replace(FIXED, shared_split="head"))
     with pytest.raises(ConfigError, match="head is not trained"):
         _trainer("raptor", privacy=replace(FIXED, shared_split="head"), freeze_head=True)

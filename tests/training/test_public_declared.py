@@ -35,8 +35,8 @@ def files(tmp_path_factory):
 
 def _train(files, out, *extra):
     return main(["train", "--model", "switch_transformers", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
-                 "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--batch-size", "16",
-                 "--micro-batch-size", "16", "--steps", "1", "--seed", "0", "--output-dir", str(out),
+                 "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16", "--batch-size", "16",
+                 "--set", "performance.micro_batch_size=16", "--steps", "1", "--seed", "0", "--output-dir", str(out),
                  "--no-progress", "--epsilon", "4", *extra])
 
 

@@ -29,8 +29,8 @@ def files(tmp_path_factory):
 
 def _argv(files, out, *extra):
     return ["train", "--model", "switch_transformers", "--train-file", str(files / "train.tsv"), "--validation-file", str(files / "dev.tsv"),
-            "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
-            "--micro-batch-size", "16", "--steps", "2", "--seed", "0", "--output-dir", str(out), "--no-progress",
+            "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16",
+            "--set", "performance.micro_batch_size=16", "--steps", "2", "--seed", "0", "--output-dir", str(out), "--no-progress",
             *extra]
 
 

@@ -12,8 +12,8 @@ from raptor.cli.main import main
 def test_train_writes_results_and_resumes(sentiment_files, tmp_path, capsys):
     out = tmp_path / "run"
     common = ["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
-              "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
-              "--batch-size", "16", "--micro-batch-size", "8", "--seed", "3", "--output-dir", str(out),
+              "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16",
+              "--batch-size", "16", "--set", "performance.micro_batch_size=8", "--seed", "3", "--output-dir", str(out),
               "--no-progress", "--epsilon", "4"]
     assert main(common + ["--steps", "2"]) == 0
     res = json.loads((out / "results.json").read_text())
@@ -35,13 +35,13 @@ def test_train_writes_results_and_resumes(sentiment_files, tmp_path, capsys):
 
 def test_train_head_from_label_words(sentiment_files, tmp_path, capsys):
     common = ["train", "--model", "switch_transformers", "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
-              "--public-size", "20", "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16",
-              "--batch-size", "16", "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "4",
-              "--steps", "1", "--head-init", "label-words"]
+              "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16",
+              "--batch-size", "16", "--set", "performance.micro_batch_size=16", "--seed", "3", "--no-progress", "--epsilon", "4",
+              "--steps", "1", "--set", "model.head_init=label-words"]
     # User files have no task: the words must be given.
     assert main(common + ["--output-dir", str(tmp_path / "a")]) == 2
-    assert "--label-words" in capsys.readouterr().err
-    assert main(common + ["--label-words", "bad", "good", "--output-dir", str(tmp_path / "b")]) == 0
+    assert "--set model.label_words" in capsys.readouterr().err
+    assert main(common + ["--set", "model.label_words=bad,good", "--output-dir", str(tmp_path / "b")]) == 0
     res = json.loads((tmp_path / "b" / "results.json").read_text())
     assert res["head_init"] == {"rule": "label-words", "label_words": ["bad", "good"]}
 
@@ -69,7 +69,7 @@ def test_inspect_prints_table_and_json(sentiment_files, capsys):
 def test_nonprivate_results_are_strict_json(sentiment_files, tmp_path):
     out = tmp_path / "np"
     assert main(["train", "--model", "switch_transformers", "--method", "nonprivate", "--train-file", str(sentiment_files / "train.tsv"), "--public-size", "20",
-                 "--vocab-size", "60", "--max-length", "12", "--hidden-size", "16", "--batch-size", "16",
+                 "--set", "model.vocab_size=60", "--max-length", "12", "--set", "model.hidden_size=16", "--batch-size", "16",
                  "--steps", "1", "--seed", "0", "--output-dir", str(out), "--no-progress"]) == 0
     text = (out / "results.json").read_text()
     res = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
@@ -89,7 +89,7 @@ def test_train_from_a_saved_model_directory(sentiment_files, tmp_path):
                         size=TinySize(vocab_size=len(tok), hidden_size=16))
     model.save_pretrained(str(tmp_path / "model"))
     out = tmp_path / "run"
-    assert main(["train", "--model", str(tmp_path / "model"), "--tokenizer", str(tmp_path / "tok"),
+    assert main(["train", "--model", str(tmp_path / "model"), "--set", f"model.tokenizer={tmp_path / 'tok'}",
                  "--train-file", str(sentiment_files / "train.tsv"), "--validation-file", str(sentiment_files / "dev.tsv"),
                  "--public-size", "20", "--max-length", "12", "--batch-size", "16", "--steps", "1", "--seed", "0",
                  "--output-dir", str(out), "--no-progress", "--layers", "1"]) == 0

@@ -58,9 +58,9 @@ def glue(tmp_path_factory):
 
 def _args(glue, task, method, out):
     return ["train", "--model", "switch_transformers", "--task", task, "--data-dir", str(glue), "--method", method, "--public-size", "20",
-            "--vocab-size", "60", "--max-length", "16", "--hidden-size", "16", "--batch-size", "16",
-            "--micro-batch-size", "16", "--seed", "3", "--no-progress", "--epsilon", "8", "--steps", "2",
-            "--eval-every", "1", "--output-dir", str(out)]
+            "--set", "model.vocab_size=60", "--max-length", "16", "--set", "model.hidden_size=16", "--batch-size", "16",
+            "--set", "performance.micro_batch_size=16", "--seed", "3", "--no-progress", "--epsilon", "8", "--steps", "2",
+            "--set", "eval_every=1", "--output-dir", str(out)]
 
 
 @pytest.mark.parametrize("task, method, metrics", [
@@ -91,9 +91,9 @@ def test_train_reports_the_tasks_glue_metrics(glue, tmp_path, capsys, task, meth
 
 
 def test_stsb_head_has_one_output_and_label_words_are_refused(glue, tmp_path, capsys):
-    assert main(_args(glue, "stsb", "raptor", tmp_path / "a") + ["--head-init", "label-words"]) == 2
+    assert main(_args(glue, "stsb", "raptor", tmp_path / "a") + ["--set", "model.head_init=label-words"]) == 2
     err = capsys.readouterr().err
-    assert "--head-init label-words does not apply to regression" in err
+    assert "--set model.head_init=label-words does not apply to regression" in err
     assert not (tmp_path / "a" / "results.json").exists()
 
 
@@ -103,8 +103,8 @@ def test_user_file_regression_runs(tmp_path, capsys):
     (tmp_path / "dev.tsv").write_text("text\tscore\n" + "".join(f"{_sentence(i)}\t{i / 9:.2f}\n" for i in range(20)))
     out = tmp_path / "run"
     assert main(["train", "--model", "switch_transformers", "--train-file", str(tmp_path / "train.tsv"), "--validation-file", str(tmp_path / "dev.tsv"),
-                 "--label-column", "score", "--public-size", "20", "--vocab-size", "60", "--max-length", "12",
-                 "--hidden-size", "16", "--batch-size", "16", "--seed", "1", "--no-progress", "--steps", "1",
+                 "--label-column", "score", "--public-size", "20", "--set", "model.vocab_size=60", "--max-length", "12",
+                 "--set", "model.hidden_size=16", "--batch-size", "16", "--seed", "1", "--no-progress", "--steps", "1",
                  "--method", "dp-lora", "--output-dir", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["data"]["task_type"] == "regression" and set(res["final_metrics"]) == {"pearson", "spearman"}
@@ -113,7 +113,7 @@ def test_user_file_regression_runs(tmp_path, capsys):
 
 def test_task_without_data_dir_and_no_cache_is_a_clear_error(tmp_path, capsys):
     pytest.importorskip("datasets")
-    assert main(["train", "--model", "switch_transformers", "--task", "cola", "--hf-cache", str(tmp_path), "--no-progress",
+    assert main(["train", "--model", "switch_transformers", "--task", "cola", "--set", f"data.hf_cache={tmp_path}", "--no-progress",
                  "--output-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "no cached copy of glue/cola" in err and "--data-dir DIR" in err

@@ -14,15 +14,15 @@ from raptor.shipped import SHIPPED, shipped_dir
 from raptor.training.config import METHODS
 
 WARM = next(iter(SHIPPED))
-TINY = ["--max-train-samples", "48", "--max-eval-samples", "16", "--public-size", "32", "--batch-size", "16",
-        "--micro-batch-size", "16", "--steps", "1", "--max-length", "16", "--seed", "0", "--no-progress"]
+TINY = ["--set", "data.max_train_samples=48", "--set", "data.max_eval_samples=16", "--public-size", "32", "--batch-size", "16",
+        "--set", "performance.micro_batch_size=16", "--steps", "1", "--max-length", "16", "--seed", "0", "--no-progress"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS)
 def test_train_from_the_shipped_model_with_label_word_head_runs_for_every_method(method, tmp_path, capsys):
     out = tmp_path / method
-    rc = main(["train", "--model", WARM, "--head-init", "label-words", "--method", method, "--epsilon", "8",
+    rc = main(["train", "--model", WARM, "--set", "model.head_init=label-words", "--method", method, "--epsilon", "8",
                "--output-dir", str(out), *TINY])
     assert rc == 0, capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())

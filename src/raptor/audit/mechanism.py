@@ -221,7 +221,7 @@ def _prepare(cfg: MechanismAuditConfig) -> _Setup:
     mine = torch.nonzero(owners == cfg.owner).flatten().tolist()
     others = torch.nonzero(owners != cfg.owner).flatten().tolist()
     if len(mine) < cfg.background_owners + 1 or len(others) < cfg.background - cfg.background_owners:
-        raise ConfigError(f"expert {cfg.owner} owns too few of the candidate records; choose another --owner")
+        raise ConfigError(f"expert {cfg.owner} owns too few of the candidate records; choose another owner expert (the config's owner)")
     canary = _take(pool, mine[:1])
     background = _take(pool, mine[1:1 + cfg.background_owners] + others[:cfg.background - cfg.background_owners])
     public = _records(torch.Generator().manual_seed(cfg.seed + 2), 256)   # synthetic public corpus

@@ -40,12 +40,12 @@ from raptor.errors import ConfigError
 
 #: Flags that make the default one-run audit a few minutes on two CPU cores (bundled SST-2 sample,
 #: tiny Switch model). Any ``raptor train`` flag given by the user overrides these.
-QUICK_TRAIN_ARGS = ("--model", "switch_transformers", "--max-train-samples", "4000", "--max-eval-samples", "500", "--batch-size", "256",
+QUICK_TRAIN_ARGS = ("--model", "switch_transformers", "--set", "data.max_train_samples=4000", "--set", "data.max_eval_samples=500", "--batch-size", "256",
                     "--epochs", "3", "--max-length", "32", "--lr", "3e-3")
 #: The Dirac canaries' default run (``--canary-kind dirac``): the canaries cost no model compute, so
 #: few real records and many canaries (:data:`DIRAC_CANARIES`); 10 updates at the audit's sample rate.
-DIRAC_TRAIN_ARGS = ("--model", "switch_transformers", "--max-train-samples", "200", "--max-eval-samples", "200", "--steps", "10",
-                    "--max-length", "32", "--lr", "3e-3", "--micro-batch-size", "1024")
+DIRAC_TRAIN_ARGS = ("--model", "switch_transformers", "--set", "data.max_train_samples=200", "--set", "data.max_eval_samples=200", "--steps", "10",
+                    "--max-length", "32", "--lr", "3e-3", "--set", "performance.micro_batch_size=1024")
 DIRAC_CANARIES = 50_000
 CANARY_KINDS = ("input", "dirac")
 
@@ -74,7 +74,7 @@ class OneRunConfig:
             if not 0.0 < self.sample_rate < 1.0:  # B < N (raptor.training.config.check_batch_size)
                 raise ConfigError(f"--sample-rate must be in (0, 1), got {self.sample_rate}")
         if not 0.0 < self.significance < 0.5:
-            raise ConfigError(f"--significance must be in (0, 0.5), got {self.significance}")
+            raise ConfigError(f"significance must be in (0, 0.5) (raptor audit --confidence in (0.5, 1)), got {self.significance}")
 
 
 @dataclass

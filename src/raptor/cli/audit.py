@@ -63,8 +63,9 @@ def load_run_inputs(cfg):
     from raptor.data.loaders import load_data, to_records
     from raptor.data.model_source import init_generator, load_model_and_tokenizer
     from raptor.errors import ConfigError
+    from raptor.training.config import is_private
 
-    if cfg.method == "nonprivate":
+    if not is_private(cfg.method):
         raise ConfigError("--method nonprivate has no epsilon to audit; pick a private method")
     parser = argparse.ArgumentParser(prog="raptor audit one-run -- (raptor train flags)")
     train_cli.add_arguments(parser)

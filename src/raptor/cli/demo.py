@@ -178,9 +178,9 @@ def train_config(args: argparse.Namespace, method: str, steps_hint: int):
     expert stream's lr for raptor only, no epsilon for nonprivate), the seed, the output directory and
     ``--evaluations`` evenly spaced evaluations; weight decay by the optimizer's rule."""
     from raptor.recipes import demo_recipe
-    from raptor.training.config import replace_fields
+    from raptor.training.config import is_private, replace_fields
 
-    nonprivate = method == "nonprivate"
+    nonprivate = not is_private(method)
     changes = {path: getattr(args, flag) for flag, path in CONFIG_FLAGS.items()}
     changes.update({"privacy.epsilon": None if nonprivate else args.epsilon,
                     "optim.lr_expert": args.lr_expert if method == "raptor" else None,
@@ -209,7 +209,7 @@ def run_method(args: argparse.Namespace, method: str, private, public, dev, publ
     steps_hint = math.ceil(math.ceil(len(private) / args.batch_size) * args.epochs)
     config = train_config(args, method, steps_hint)
     start_point = Evaluator({"dev": to_records(tokenizer, dev, args.max_length)}, batch_size=256)(model)
-    out = run_fine_tune(model, tokenizer, private, dev, config, RunOptions(progress=not args.no_progress),
+    out = run_fine_tune(model, tokenizer, private, dev, config, RunOptions(progress=not args.no_progress, verbose=True),
                         public=public, public_source=public_source)
     r = out.results
     curve = [{"step": 0, "accuracy": start_point["accuracy"], "epsilon": 0.0}] + \

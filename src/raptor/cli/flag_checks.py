@@ -31,6 +31,19 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
 
 
+def flag_name(args, dest: str) -> str:
+    """How the command sets ``args.<dest>``: ``raptor train`` names its ``--set`` path (``--set
+    model.hidden_size``) where the setting has no flag of its own (``args.flag_names``,
+    :func:`raptor.cli.flags.resolve_train_args`); other commands' flags are the dest with dashes."""
+    return getattr(args, "flag_names", {}).get(dest, "--" + dest.replace("_", "-"))
+
+
+def flag_value(args, dest: str, value) -> str:
+    """``--hidden-size 30``, or ``--set model.hidden_size=30`` for a ``--set`` setting."""
+    name = flag_name(args, dest)
+    return f"{name}={value}" if name.startswith("--set ") else f"{name} {value}"
+
+
 def check_seed(seed) -> None:
     if seed is not None and not 0 <= seed < SEED_LIMIT:
         raise ConfigError(f"--seed must be an integer in [0, 2**63), got {seed}")
@@ -99,7 +112,7 @@ def _looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "/" not in name
 
 
-def check_tokenizer_name(name: str | None) -> None:
+def check_tokenizer_name(name: str | None, flag: str = "--tokenizer") -> None:
     """``--tokenizer`` exists locally, or is a hub name while the hub can be reached (one quick try,
     as for ``--model``, instead of a minute of retries)."""
     if name is None or Path(name).expanduser().exists():
@@ -109,11 +122,11 @@ def check_tokenizer_name(name: str | None) -> None:
     if _looks_local(name) or not hub_reachable():
         why = "no such directory or file" if _looks_local(name) else \
             "no such directory or file, and the hub cannot be reached"
-        raise ConfigError(f"--tokenizer {name}: {why}; give a tokenizer directory or tokenizer.json (or leave "
-                          "--tokenizer out to use the model's)")
+        raise ConfigError(f"{flag} {name}: {why}; give a tokenizer directory or tokenizer.json (or leave "
+                          f"{flag} out to use the model's)")
 
 
-def check_pretrained_tokenizer(model: str, tokenizer: str | None) -> None:
+def check_pretrained_tokenizer(model: str, tokenizer: str | None, flag: str = "--tokenizer") -> None:
     """``--tokenizer`` with a pretrained ``--model`` that has a tokenizer of its own: refused unless it
     is that tokenizer (the same vocabulary). The model's embeddings mean its own tokenizer's ids;
     another tokenizer's ids index the same rows and would train on noise."""
@@ -134,10 +147,10 @@ def check_pretrained_tokenizer(model: str, tokenizer: str | None) -> None:
 
     theirs, ours = load_tokenizer(str(given)), load_tokenizer(str(directory))
     if theirs.get_vocab() != ours.get_vocab():
-        raise ConfigError(f"--tokenizer {tokenizer}: its vocabulary ({len(theirs)} tokens) is not the one --model {model} "
+        raise ConfigError(f"{flag} {tokenizer}: its vocabulary ({len(theirs)} tokens) is not the one --model {model} "
                           f"was trained with ({len(ours)} tokens, in {directory}); a pretrained model's embeddings "
                           "mean its own tokenizer's ids, so another tokenizer's ids would train on noise. Leave "
-                          "--tokenizer out (the model's own is used), or give a tiny --model family to train with it")
+                          f"{flag} out (the model's own is used), or give a tiny --model family to train with it")
 
 
 def check_model_max_length(directory: str | Path, max_length: int | None, flag: str = "--max-length") -> None:
@@ -211,25 +224,27 @@ def check_tiny_sizes(args) -> None:
             return
         default = ModelSource()
         given = [(flag, value) for flag, value, fallback in (
-            ("--hidden-size", args.hidden_size, default.hidden_size), ("--num-layers", args.num_layers, default.num_layers),
-            ("--num-experts", args.num_experts, default.num_experts), ("--vocab-size", args.vocab_size, default.vocab_size))
+            (flag_name(args, "hidden_size"), args.hidden_size, default.hidden_size),
+            (flag_name(args, "num_layers"), args.num_layers, default.num_layers),
+            (flag_name(args, "num_experts"), args.num_experts, default.num_experts),
+            (flag_name(args, "vocab_size"), args.vocab_size, default.vocab_size))
             if value != fallback]
         if given:
             flags = ", ".join(f for f, _ in given)
-            raise ConfigError(f"{' '.join(f'{f} {v}' for f, v in given)}: {'these set' if len(given) > 1 else 'this sets'} "
+            raise ConfigError(f"{' '.join(f + ('=' if f.startswith('--set ') else ' ') + str(v) for f, v in given)}: {'these set' if len(given) > 1 else 'this sets'} "
                               f"the size of a tiny random-init family, but --model {args.model} is a pretrained model "
                               f"whose sizes are its own (its config.json) and would be ignored; leave {flags} out, or "
                               f"give --model a family ({', '.join(FAMILY_NAMES)})")
         return
-    for flag, value in (("--vocab-size", args.vocab_size), ("--hidden-size", args.hidden_size),
-                        ("--num-layers", args.num_layers), ("--num-experts", args.num_experts)):
+    for flag, value in ((flag_name(args, "vocab_size"), args.vocab_size), (flag_name(args, "hidden_size"), args.hidden_size),
+                        (flag_name(args, "num_layers"), args.num_layers), (flag_name(args, "num_experts"), args.num_experts)):
         if value < 1:
             raise ConfigError(f"{flag} must be an integer >= 1, got {value}")
     if args.hidden_size % 4:
-        raise ConfigError(f"--hidden-size {args.hidden_size} must be a multiple of 4 (the tiny families have 4 "
+        raise ConfigError(f"{flag_value(args, 'hidden_size', args.hidden_size)} must be a multiple of 4 (the tiny families have 4 "
                           "attention heads)")
     if args.num_experts < 2:
-        raise ConfigError(f"--num-experts must be at least 2 (a mixture of experts), got {args.num_experts}")
+        raise ConfigError(f"{flag_name(args, 'num_experts')} must be at least 2 (a mixture of experts), got {args.num_experts}")
 
 
 def check_max_length(args) -> None:
@@ -253,10 +268,10 @@ def check_train_args(args) -> None:
     check_seed(args.seed)
     if args.public_size is not None and not math.isfinite(args.public_size):
         raise ConfigError(f"--public-size must be a finite count or a fraction in (0, 1), got {args.public_size}")
-    check_at_least("--checkpoint-every", args.checkpoint_every, 0, " (0: only before the first and after the last "
+    check_at_least(flag_name(args, "checkpoint_every"), args.checkpoint_every, 0, " (0: only before the first and after the last "
                                                                    "step)")
-    check_at_least("--max-train-samples", args.max_train_samples, 1, " (leave it out for all records)")
-    check_at_least("--max-eval-samples", args.max_eval_samples, 1, " (leave it out for all records)")
+    check_at_least(flag_name(args, "max_train_samples"), args.max_train_samples, 1, " (leave it out for all records)")
+    check_at_least(flag_name(args, "max_eval_samples"), args.max_eval_samples, 1, " (leave it out for all records)")
     check_at_least("--max-length", args.max_length, 1)
     if args.steps is not None:
         from raptor.accounting.events import check_steps
@@ -266,12 +281,12 @@ def check_train_args(args) -> None:
         raise ConfigError(f"--text-column {args.label_column!r} is also the --label-column; the model would read "
                           "the label as its input. Give the text column(s) with --text-column")
     if getattr(args, "freeze_shared_experts", False) and args.objective != "generate":
-        raise ConfigError("--freeze-shared-experts applies to --objective generate (the reference's VL2 setting); a "
+        raise ConfigError("--set run.freeze_shared_experts applies to --objective generate (the reference's VL2 setting); a "
                           "classification run trains the shared experts with its method: drop the flag")
     check_tiny_sizes(args)
     check_max_length(args)
-    check_tokenizer_name(args.tokenizer)
-    check_pretrained_tokenizer(args.model, args.tokenizer)
+    check_tokenizer_name(args.tokenizer, flag_name(args, "tokenizer"))
+    check_pretrained_tokenizer(args.model, args.tokenizer, flag_name(args, "tokenizer"))
     if args.objective == "generate" and args.train_file:
         suffixes = [s.lower() for s in Path(args.train_file).suffixes if s.lower() != ".gz"]
         if not suffixes or suffixes[-1] not in (".jsonl", ".json"):
@@ -371,8 +386,8 @@ def check_inspect_args(args) -> None:
     check_seed(args.seed)
     if args.public_size is not None and not math.isfinite(args.public_size):
         raise ConfigError(f"--public-size must be a finite count or a fraction in (0, 1), got {args.public_size}")
-    check_at_least("--max-train-samples", args.max_train_samples, 1, " (leave it out for all records)")
-    check_at_least("--max-eval-samples", args.max_eval_samples, 1, " (leave it out for all records)")
+    check_at_least(flag_name(args, "max_train_samples"), args.max_train_samples, 1, " (leave it out for all records)")
+    check_at_least(flag_name(args, "max_eval_samples"), args.max_eval_samples, 1, " (leave it out for all records)")
     check_at_least("--count", args.count, 1)
     check_at_least("--batch-size", args.batch_size, 1)
     for flag, value in (("--noise-multiplier", args.noise_multiplier), ("--clip-expert", args.clip_expert)):

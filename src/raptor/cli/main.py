@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
         def one_line(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, RaptorWarning):
+                if args.command == "train":
+                    from raptor.cli.flags import restate
+
+                    message = restate(str(message))
                 print(f"raptor {args.command}: warning: {message}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
@@ -81,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args._run(args) or 0)
         except RaptorError as err:
+            if args.command == "train":  # the library names fields; say them as the flags that set them
+                from raptor.cli.flags import restate
+
+                err = restate(str(err))
             print(f"raptor {args.command}: error: {err}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:

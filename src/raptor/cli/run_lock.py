@@ -9,7 +9,7 @@ existence: the kernel drops it when its process ends in any way (``kill -9`` inc
 left by a dead process never blocks a later run, with no pid guessing (pids are reused, and a pid
 means nothing on another host of a shared file system). The file holds the holder's pid, host and
 command for the message, and is removed when the run ends. Without ``fcntl`` (not POSIX) no lock
-is taken. In a ``--distributed`` job only rank 0 (the
+is taken. In a ``run.distributed`` job only rank 0 (the
 writer) takes it.
 """
 

@@ -52,13 +52,19 @@ def settings_line(args: argparse.Namespace, config: TrainConfig, num_private: in
     eps = "inf (non-private)" if config.privacy.epsilon is None else f"{config.privacy.epsilon:g}"
     task = ""
     if task_type is not None:
-        how = " (inferred from the labels; --task-type to fix it)" \
+        how = " (inferred from the labels; --set data.task_type=... to fix it)" \
             if getattr(args, "task_type", "auto") == "auto" and getattr(args, "train_file", None) else ""
         task = f", task {task_type}{how}"
     return (f"raptor train: {config.method}{task}, epsilon {eps}, batch size {config.batch_size}"
-            f"{' (default N/10)' if args.batch_size is None else ''}, lr {config.optim.lr:g}"
-            f"{' (default for this model kind)' if args.lr is None else ''}, {config.optim.name}, "
+            f"{' (default N/10)' if defaulted(args, 'batch_size') else ''}, lr {config.optim.lr:g}"
+            f"{' (default for this model kind)' if defaulted(args, 'optim.lr') else ''}, {config.optim.name}, "
             f"{length}, max length {config.max_length}, device {config.performance.device}")
+
+
+def defaulted(args: argparse.Namespace, path: str) -> bool:
+    """Whether the config field ``path`` was left to the library's default rule (no flag, ``--set``
+    or recipe set it)."""
+    return path not in getattr(args, "given", ())
 
 
 def write_results(path: Path, results: dict) -> None:
@@ -91,7 +97,7 @@ def run_results(args: argparse.Namespace, trainer, started: float) -> dict:
     """results.json entries both objectives add to the library's: the model, defaults used, size, time."""
     import time
 
-    return {"model": args.model, "defaults": {"batch_size": args.batch_size is None, "lr": args.lr is None},
+    return {"model": args.model, "defaults": {"batch_size": defaulted(args, "batch_size"), "lr": defaulted(args, "optim.lr")},
             "num_trainable_parameters": sum(p.numel() for p in trainer.params.values()),
             "total_seconds": time.perf_counter() - started}
 

@@ -1,8 +1,8 @@
 """The sections of ``raptor train --help``: each train flag sits in exactly one.
 
-Every module that adds train flags (``cli/train.py``, ``cli/recipe.py``, ``cli/torchrun.py``,
-``cli/train_generate.py``) asks :func:`section` for its group by name, so that one help page lists
-the flags section by section in the order of :data:`SECTIONS`, whichever module added them.
+The flags are built from the settings' metadata (:mod:`raptor.cli.flags`), each asking
+:func:`section` for the group its field names, so that one help page lists the flags section by
+section in the order of :data:`SECTIONS`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import argparse
 
 #: section title -> its one-line description, in the order ``--help`` shows them
 SECTIONS: dict[str, str] = {
-    "data": "private, public and dev records (--prompt-field, --answer-field, --image-field and "
-            "--question-field: the JSONL of --objective generate)",
+    "data": "private, public and dev records",
     "model": "the model, its tokenizer and its output head",
     "method": "what is trained, and how",
     "privacy": "the budget, the clipping and the accountant",

@@ -1,9 +1,7 @@
-"""``raptor train --set section.field=VALUE``: any field of the run's :class:`TrainConfig`, by its
-dotted path (``privacy.pseudo_count=0.5``, ``optim.betas=0.9,0.95``, ``layers=0,2``,
-``privacy.schedule.alternate=1,2``, ``performance.memory_budget_mib=none``), its text converted by
-the field's declared type and the config rebuilt (and validated) by
-:func:`raptor.training.config.replace_fields`. Flags are the common settings; ``--set`` reaches
-every other field (a field with its own flag is refused with the flag's name: one way to set each).
+"""Settings from text: the value of a ``--set PATH=VALUE`` item (``privacy.pseudo_count=0.5``,
+``optim.betas=0.9,0.95``, ``layers=0,2``, ``performance.memory_budget_mib=none``) converted by the
+field's declared type, and the leaf fields of a settings dataclass by dotted path. The flags and
+``--set`` themselves are :mod:`raptor.cli.flags`.
 """
 
 from __future__ import annotations
@@ -11,30 +9,22 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Sequence
-
-from raptor.errors import ConfigError
-from raptor.training.config import FIELD_FLAGS, TrainConfig, replace_fields
-
-#: fields a first-class flag sets: ``--set`` refers to the flag (one way to set each field, and the
-#: CLI's other reads of the flag stay consistent with the config)
-FLAGGED: dict[str, str] = {**FIELD_FLAGS, "output_dir": "--output-dir", "freeze_head": "--freeze-head",
-                           "performance.dtype": "--dtype", "privacy.shared_split": "--shared-split"}
 
 _NONE = {"none", "null"}
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
 
-def leaf_paths(cls: type = TrainConfig, prefix: str = "") -> dict[str, object]:
-    """``{dotted path: declared type}`` of every leaf field of the config dataclass ``cls``."""
+def leaf_fields(cls: type, prefix: str = "") -> dict[str, tuple[dataclasses.Field, object]]:
+    """``{dotted path: (field, declared type)}`` of every leaf field of the dataclass ``cls`` (nested
+    dataclasses are walked, not leaves)."""
     hints = typing.get_type_hints(cls)
-    out: dict[str, object] = {}
+    out: dict[str, tuple[dataclasses.Field, object]] = {}
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         if dataclasses.is_dataclass(kind):
-            out.update(leaf_paths(kind, f"{prefix}{f.name}."))
+            out.update(leaf_fields(kind, f"{prefix}{f.name}."))
         else:
-            out[f"{prefix}{f.name}"] = kind
+            out[f"{prefix}{f.name}"] = (f, kind)
     return out
 
 
@@ -45,7 +35,7 @@ def _options(kind) -> tuple:
     return (kind,)
 
 
-def _convert(kind, text: str):
+def convert(kind, text: str):
     """``text`` as a value of the declared type ``kind`` (raises ValueError when it is none of them)."""
     options = _options(kind)
     if type(None) in options and text.strip().lower() in _NONE:
@@ -67,47 +57,44 @@ def _one(kind, text: str):
         if t.lower() in _FALSE:
             return False
         raise ValueError(f"{text!r} is not true or false")
+    if kind in (int, float) and not t:
+        raise ValueError("the value is empty")
     if kind is int:
-        return int(t)
+        try:
+            return int(t)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
     if kind is float:
-        return float(t)
+        try:
+            return float(t)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
     if kind is str:
         return text
     if typing.get_origin(kind) is tuple:
         args = typing.get_args(kind)
         parts = [p for p in t.split(",")] if t else []
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], p) for p in parts)
+            return tuple(convert(args[0], p) for p in parts)
         if len(parts) != len(args):
             raise ValueError(f"{text!r} needs {len(args)} comma-separated values")
-        return tuple(_convert(a, p) for a, p in zip(args, parts, strict=True))
+        return tuple(convert(a, p) for a, p in zip(args, parts, strict=True))
     raise ValueError(f"fields of type {kind} are not settable from text")
 
 
-def parse_sets(items: Sequence[str] | None, cls: type = TrainConfig) -> dict[str, object]:
-    """``{dotted path: value}`` of ``--set`` items ``PATH=VALUE``, each checked against the fields of
-    ``cls`` (the run's :class:`TrainConfig`)."""
-    paths = leaf_paths(cls)
-    out: dict[str, object] = {}
-    for item in items or ():
-        path, eq, text = item.partition("=")
-        path = path.strip()
-        if not eq or not path:
-            raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. --set privacy.pseudo_count=0.5")
-        if path not in paths:
-            near = [p for p in paths if p.rsplit(".", 1)[-1] == path.rsplit(".", 1)[-1]]
-            hint = f" (did you mean {', '.join(near)}?)" if near else ""
-            raise ConfigError(f"--set {path}: no such config field{hint}; the fields: {', '.join(sorted(paths))}")
-        if path in FLAGGED:
-            raise ConfigError(f"--set {path}: this field has its own flag; use {FLAGGED[path]}")
-        try:
-            out[path] = _convert(paths[path], text)
-        except ValueError as err:
-            raise ConfigError(f"--set {path}={text}: not a value of its type {paths[path]} ({err})") from None
-    return out
+_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
-def apply_sets(config: TrainConfig, items: Sequence[str] | None) -> TrainConfig:
-    """``config`` with the ``--set`` items applied (validated by the configs themselves)."""
-    sets = parse_sets(items)
-    return replace_fields(config, sets) if sets else config
+def type_words(kind) -> str:
+    """A declared type in words: ``int | None`` -> "an integer, or none"; ``tuple[float, float]`` ->
+    "2 comma-separated values"."""
+    options = _options(kind)
+    words = []
+    for option in (o for o in options if o is not type(None)):
+        if typing.get_origin(option) is tuple:
+            args = typing.get_args(option)
+            words.append("comma-separated values" if len(args) == 2 and args[1] is Ellipsis
+                         else f"{len(args)} comma-separated values")
+        else:
+            words.append(_WORDS.get(option, getattr(option, "__name__", str(option))))
+    return " or ".join(words) + (", or none" if type(None) in options else "")

@@ -2,8 +2,8 @@
 
 Data: ``--task T --data-dir DIR`` (official GLUE TSV layout; T is any of sst2, mrpc, rte, cola,
 stsb, wnli, qnli, qqp, mnli), ``--task T`` alone (the local Hugging Face datasets cache, read
-offline; ``--hf-cache DIR``), or ``--train-file/--validation-file`` (CSV/TSV/JSONL with
-``--text-column``/``--label-column``, ``--task-type`` classification/regression, inferred by
+offline; ``--set data.hf_cache=DIR``), or ``--train-file/--validation-file`` (CSV/TSV/JSONL with
+``--text-column``/``--label-column``, ``--set data.task_type=`` classification/regression, inferred by
 default), or, with none, the SST-2 sample bundled with raptor. STS-B and float labels train a
 one-output regression head with squared-error loss. Each task is scored with its GLUE metrics
 (CoLA Matthews; MRPC/QQP F1 and accuracy; STS-B Pearson and Spearman; MNLI matched and
@@ -41,71 +41,29 @@ import sys
 import time
 
 from raptor.cli.run_output import Inputs, nonfinite_warning, quiet_transformers, settings_line
-from raptor.cli.sections import add_sections, section
-from raptor.data.model_source import DEFAULT_MODEL, ModelSource
-from raptor.data.public_source import GLUE_PUBLIC_FRACTION
-from raptor.data.user_files import TASK_TYPES
+from raptor.cli.sections import add_sections
+from raptor.data.model_source import ModelSource
 from raptor.errors import ConfigError
-from raptor.training.config import (
-    ACCOUNTANTS,
-    ADJACENCIES,
-    CLIP_RULES,
-    DENOMINATORS,
-    DTYPES,
-    METHODS,
-    OPTIMIZERS,
-    PRETRAINED_LORA_LR,
-    PRETRAINED_LR,
-    TINY_LR,
-    OptimConfig,
-    PerformanceConfig,
-    PrivacyConfig,
-    Schedule,
-    TrainConfig,
-    method_default_lr,
-)
-from raptor.training.names import METRICS
+from raptor.training.config import TrainConfig
 
-_TC, _PC, _PERF, _OC, _MS = TrainConfig(), PrivacyConfig(), PerformanceConfig(), OptimConfig(), ModelSource()
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    """Model, data and public-corpus flags shared by ``raptor train`` and ``raptor inspect``."""
-    data_g, model_g = section(parser, "data"), section(parser, "model")
-    model_g.add_argument("--model", default=DEFAULT_MODEL,
-                         help=f"tiny family name (random init), local save_pretrained dir, shipped model or hub name "
-                              f"(default {DEFAULT_MODEL})")
-    data_g.add_argument("--task", default=None,
-                        help="GLUE task: sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli; read from --data-dir, "
-                             "or without it from the local Hugging Face datasets cache (offline) (default: none)")
-    data_g.add_argument("--data-dir", default=None, help="GLUE directory in the official TSV layout (default: none)")
-    data_g.add_argument("--hf-cache", default=None,
-                        help="datasets cache for --task without --data-dir (default: the datasets library's)")
-    data_g.add_argument("--task-type", choices=TASK_TYPES, default="auto",
-                        help="--train-file labels: classes, or float scores (one-output head, MSE); default auto: "
-                             "regression when every label is a number and some is fractional or there are >20 values")
-    data_g.add_argument("--train-file", default=None,
-                        help="CSV/TSV/JSONL training file (private) (default: the bundled SST-2 sample)")
-    data_g.add_argument("--validation-file", default=None, help="CSV/TSV/JSONL validation file (default: none)")
-    data_g.add_argument("--text-column", nargs="+", default=None,
-                        help="one text column, or two for pairs (default: sentence1 sentence2, else sentence, else text)")
-    data_g.add_argument("--label-column", default="label", help="label column of --train-file (default label)")
-    data_g.add_argument("--public-file", default=None,
-                        help="a public corpus (CSV/TSV/JSONL with the task's columns) you may use without privacy "
-                             "(default: none; a --model directory may ship one)")
-    data_g.add_argument("--public-size", type=float, default=None,
-                        help="designate a slice of the training data as public on purpose: a count, or a fraction "
-                             "< 1; those records lose DP protection (default: none for --train-file; GLUE tasks "
-                             f"and the bundled sample: the benchmark convention, {GLUE_PUBLIC_FRACTION:g} of the "
-                             "training split)")
-    model_g.add_argument("--tokenizer", default=None,
-                         help="tokenizer dir/file (default: the model's, or WordPiece trained on the public corpus)")
-    model_g.add_argument("--vocab-size", type=int, default=_MS.vocab_size, help=f"WordPiece vocabulary size (tiny families) (default {_MS.vocab_size})")
-    data_g.add_argument("--max-length", type=int, default=_TC.max_length, help=f"tokens per record (default {_TC.max_length})")
-    data_g.add_argument("--max-train-samples", type=int, default=None, help="use the first N private records (default: all)")
-    data_g.add_argument("--max-eval-samples", type=int, default=None, help="evaluate on the first N dev records (default: all)")
-    model_g.add_argument("--hidden-size", type=int, default=_MS.hidden_size, help=f"tiny families: d_model (default {_MS.hidden_size})")
-    model_g.add_argument("--num-layers", type=int, default=_MS.num_layers, help=f"tiny families: layers (default {_MS.num_layers})")
-    model_g.add_argument("--num-experts", type=int, default=_MS.num_experts, help=f"tiny families: experts per layer (default {_MS.num_experts})")
+    """``raptor inspect``'s flags: every data and model setting of ``raptor train`` that it reads
+    (:mod:`raptor.cli.settings`), each as a flag named after its field, and ``--max-length``."""
+    from raptor.cli.flags import add_flag
+    from raptor.cli.set_fields import leaf_fields
+    from raptor.cli.settings import DataSettings, ModelSettings
+
+    for cls, skip in ((DataSettings, GENERATE_FIELDS), (ModelSettings, ("head_init", "label_words"))):
+        for name, (f, kind) in leaf_fields(cls).items():
+            if name not in skip:
+                add_flag(parser, name, f, kind, flag="--" + name.replace("_", "-"), default=f.default)
+    f, kind = leaf_fields(TrainConfig)["max_length"]
+    add_flag(parser, "max_length", f, kind, default=f.default)
+
+
+#: data settings of ``--objective generate`` only
+GENERATE_FIELDS = ("prompt_field", "answer_field", "image_field", "question_field")
 
 
 def data_source(args: argparse.Namespace, config: TrainConfig | None = None):
@@ -120,7 +78,9 @@ def data_source(args: argparse.Namespace, config: TrainConfig | None = None):
         from raptor.training.setup.public_stage import public_needs
 
         trains_tokenizer = model_source(args).is_tiny and not args.tokenizer
-        extra = dict(nonprivate=config.method == "nonprivate",
+        from raptor.training.config import is_private
+
+        extra = dict(nonprivate=not is_private(config.method),
                      needs_public=public_needs(config, METHOD_SPECS[config.method], trains_tokenizer=trains_tokenizer))
     return DataSource(task=args.task, data_dir=args.data_dir, train_file=args.train_file,
                       validation_file=args.validation_file, text_columns=args.text_column,
@@ -137,168 +97,25 @@ def model_source(args: argparse.Namespace) -> ModelSource:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``raptor train``, in the help sections of :data:`raptor.cli.sections.SECTIONS`."""
-    from raptor.cli import torchrun
-    from raptor.cli.recipe import add_recipe_arguments
-    from raptor.cli.train_generate import add_generate_arguments
+    """The flags of ``raptor train``, built from the settings' metadata (:mod:`raptor.cli.flags`), in
+    the help sections of :data:`raptor.cli.sections.SECTIONS`."""
+    from raptor.cli.flags import add_train_flags
 
     add_sections(parser)
-    add_data_arguments(parser)
-    _add_method_arguments(section(parser, "method"))
-    _add_privacy_arguments(section(parser, "privacy"))
-    _add_optimisation_arguments(section(parser, "optimisation"))
-    _add_run_arguments(section(parser, "run"))
-    torchrun.add_arguments(parser)  # --distributed, --dist-backend, --dist-timeout
-    _add_head_arguments(section(parser, "model"))
-    add_recipe_arguments(parser)
-    add_generate_arguments(parser)
-
-
-def _add_method_arguments(method_g) -> None:
-    """``raptor train``'s method flags."""
-    method_g.add_argument("--method", choices=METHODS, default=_TC.method, help=f"training method (default {_TC.method})")
-    method_g.add_argument("--layers", default=None,
-                          help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the "
-                               "last MoE layer), 'all' (every MoE layer) or MoE layer indices, e.g. '1' or '0,1' (default auto)")
-    method_g.add_argument("--alternate", default=None, help="S:X alternating schedule (default simultaneous)")
-    method_g.add_argument("--denominator", choices=DENOMINATORS, default=_PC.denominator,
-                          help=f"expert denominators: public n_hat or uniform B/E (default {_PC.denominator})")
-    method_g.add_argument("--objective", choices=("classify", "generate"), default="classify",
-                          help="classify (default) or generate: answer-only fine-tuning of a decoder on JSONL "
-                               "prompt/answer (or image/question/answer for DeepSeek-VL2), scored by exact match")
-
-
-def _add_privacy_arguments(privacy_g) -> None:
-    """``raptor train``'s privacy flags."""
-    privacy_g.add_argument("--epsilon", type=float, default=_PC.epsilon, help=f"total epsilon budget (default {_PC.epsilon:g})")
-    privacy_g.add_argument("--delta", type=float, default=None, help="delta (default: a power of ten below 1/(N ln N))")
-    privacy_g.add_argument("--clip", type=float, default=_PC.clip_shared,
-                           help=f"shared clip norm C_s (and dense C) (default {_PC.clip_shared:g})")
-    privacy_g.add_argument("--clip-expert", type=float, default=_PC.clip_expert,
-                           help=f"base expert clip norm C (default {_PC.clip_expert:g})")
-    privacy_g.add_argument("--clip-rule", choices=CLIP_RULES, default=_PC.clip_rule,
-                           help=f"per-expert clip norms from public gradient norms (default {_PC.clip_rule})")
-    privacy_g.add_argument("--shared-ratio", type=float, default=None,
-                           help=f"share of the budget given to the shared stream (default {_PC.shared_ratio:g})")
-    privacy_g.add_argument("--accountant", choices=ACCOUNTANTS, default=_PC.accountant,
-                           help=f"privacy accountant (default {_PC.accountant})")
-    privacy_g.add_argument("--adjacency", choices=ADJACENCIES, default=_PC.adjacency,
-                           help=f"neighbouring datasets (default {_PC.adjacency})")
-    privacy_g.add_argument("--seed", type=int, default=None,
-                           help="seeded, reproducible and NOT secure run (default: OS CSPRNG)")
-
-
-def _add_optimisation_arguments(optim_g) -> None:
-    """``raptor train``'s optimisation flags."""
-    optim_g.add_argument("--epochs", type=float, default=_TC.epochs,
-                         help=f"passes over the private data (default {_TC.epochs:g})")
-    optim_g.add_argument("--steps", type=int, default=None, help="planned updates (default: from --epochs)")
-    optim_g.add_argument("--batch-size", type=int, default=None,
-                         help="expected Poisson batch size B, q = B/N (default: N/10, at least 8, at most 1024)")
-    optim_g.add_argument("--lr", type=float, default=None,
-                         help=f"learning rate (default {PRETRAINED_LORA_LR:g} for a pre-trained model under LoRA, "
-                              f"{PRETRAINED_LR:g} on its full weights (--no-lora), {TINY_LR:g} for a tiny model)")
-    optim_g.add_argument("--lr-expert", type=float, default=None, help="expert-stream learning rate (default: --lr)")
-    optim_g.add_argument("--optimizer", choices=OPTIMIZERS, default=_OC.name, help=f"optimizer (default {_OC.name})")
-
-
-def _add_run_arguments(run_g) -> None:
-    """``raptor train``'s run flags."""
-    run_g.add_argument("--micro-batch-size", type=int, default=_PERF.micro_batch_size,
-                       help=f"records per engine call; memory only, no effect on the result "
-                            f"(default {_PERF.micro_batch_size})")
-    run_g.add_argument("--memory-budget-mib", type=float, default=None,
-                       help="choose the micro-batch size from this budget of working memory per engine call "
-                            "(probed on synthetic records of --max-length tokens; overrides --micro-batch-size) "
-                            "(default: none)")
-    run_g.add_argument("--device", default=_PERF.device, help=f"cpu, cuda, cuda:N or mps (default {_PERF.device})")
-    run_g.add_argument("--dtype", choices=DTYPES, default=_PERF.dtype,
-                       help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and "
-                            f"the optimizer's master weights stay float32) (default {_PERF.dtype})")
-    run_g.add_argument("--eval-every", type=int, default=_TC.eval_every,
-                       help=f"evaluate every N steps, 0: at the end (default {_TC.eval_every})")
-    run_g.add_argument("--checkpoint-every", type=int, default=0,
-                       help="checkpoint every N steps; a checkpoint is always written before the first and after "
-                            "the last step (default 0: only those)")
-    run_g.add_argument("--output-dir", default=_TC.output_dir,
-                       help=f"results.json, checkpoint/ and model/ (default {_TC.output_dir}); must not hold another "
-                            "run unless --overwrite")
-    run_g.add_argument("--overwrite", action="store_true", help="replace a run already in --output-dir (default off)")
-    run_g.add_argument("--resume", default=None,
-                       help="OUTPUT_DIR/checkpoint of a run to continue (same settings and data) (default: none)")
-    run_g.add_argument("--no-progress", action="store_true",
-                       help="no progress bars, transformers' loading/writing bars included (default: shown)")
-    run_g.add_argument("--set", action="append", default=None, metavar="FIELD=VALUE",
-                       help="any other config field by its dotted path, type-checked against the configs: e.g. "
-                            "--set privacy.pseudo_count=0.5 --set optim.betas=0.9,0.95 --set optim.weight_decay=0 "
-                            "(repeatable; an unknown FIELD lists them all) (default: none)")
-    run_g.add_argument("--metric", nargs="+", default=None, choices=METRICS,
-                       help="dev metrics, the first is the main one (default: the task's; accuracy for a "
-                            "classification --train-file, pearson and spearman for regression)")
-
-
-def _add_head_arguments(model_g) -> None:
-    """``raptor train``'s model (the head) flags."""
-    model_g.add_argument("--head-init", choices=("random", "label-words"), default=None,
-                         help="classification head: random (default; label-words under --recipe) or label-word "
-                              "embeddings x 0.02 (for pretrained models; words from --label-words or the GLUE task)")
-    model_g.add_argument("--label-words", nargs="+", default=None,
-                         help="one word per label id, for --head-init label-words (default: the task's)")
-
-
-def parse_layers(text: str) -> tuple[str | tuple[int, ...], int]:
-    """``--layers`` as the config's (``layers``, ``num_auto_layers``): 'auto' (one layer), 'auto:K',
-    'last', 'all' or comma-separated MoE layer indices."""
-    default = TrainConfig.num_auto_layers
-    if text in ("auto", "last", "all"):
-        return text, default
-    try:
-        if text.startswith("auto:"):
-            return "auto", int(text[len("auto:"):])
-        return tuple(int(v) for v in text.split(",")), default
-    except ValueError as err:
-        raise ConfigError(f"--layers must be 'auto', 'auto:K' (K layers), 'last', 'all' or comma-separated MoE layer "
-                          f"indices, got {text!r}") from err
+    add_train_flags(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The run's config; a field error names the flag (``--epsilon must be a positive number``).
-    ``--batch-size`` left to its default stays None (the run resolves it to N/10,
-    :func:`raptor.training.config.resolve_batch_size`), ``--lr`` the default of the model kind
-    (:func:`method_default_lr`)."""
-    from raptor.cli.recipe import apply_recipe
-    from raptor.cli.set_fields import apply_sets
-    from raptor.training.run.preflight import flag_message
+    """The run's config (:func:`raptor.cli.flags.resolve_train_args`: the recipe's or the library's
+    defaults, then the flags given, then ``--set``), ``args`` completed with every command setting;
+    a field error names the flag (``--epsilon must be a positive number``). ``--batch-size`` left to
+    its default stays None (the run resolves it to N/10,
+    :func:`raptor.training.config.resolve_batch_size`). Resolved once per namespace."""
+    from raptor.cli.flags import resolve_train_args
 
-    try:
-        return apply_sets(_config_from_args(apply_recipe(args)), getattr(args, "set", None))
-    except ConfigError as err:
-        raise flag_message(err) from None
-
-
-def _config_from_args(args: argparse.Namespace) -> TrainConfig:
-    from raptor.cli.recipe import lora_settings
-
-    layers, num_auto = parse_layers(args.layers)
-    nonprivate = args.method == "nonprivate"
-    privacy = PrivacyConfig(
-        epsilon=None if nonprivate else args.epsilon, delta=args.delta, clip_shared=args.clip,
-        clip_expert=args.clip_expert, clip_rule=args.clip_rule, shared_ratio=args.shared_ratio,
-        adjacency=args.adjacency, accountant=args.accountant, schedule=Schedule.parse(args.alternate),
-        denominator=args.denominator, secure_rng=args.seed is None, shared_split=args.shared_split,
-    )
-    config = TrainConfig(
-        method=args.method, epochs=args.epochs, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
-        output_dir=str(args.output_dir), layers=layers, num_auto_layers=num_auto,
-        eval_every=args.eval_every, max_length=args.max_length, privacy=privacy,
-        **lora_settings(args, args.method), freeze_head=args.freeze_head,
-        performance=PerformanceConfig(micro_batch_size=args.micro_batch_size, device=args.device,
-                                      memory_budget_mib=args.memory_budget_mib, dtype=args.dtype),
-        optim=OptimConfig(name=args.optimizer, lr=args.lr if args.lr is not None else
-                          method_default_lr(args.model, args.method, bool(args.lora)),
-                          lr_expert=args.lr_expert),
-    )
-    return config
+    if getattr(args, "resolved_config", None) is None:
+        args.resolved_config = resolve_train_args(args)
+    return args.resolved_config
 
 
 def check_before_training(args: argparse.Namespace) -> TrainConfig:
@@ -308,8 +125,8 @@ def check_before_training(args: argparse.Namespace) -> TrainConfig:
     from raptor.data.model_source import FAMILY_NAMES, shipped_models
     from raptor.training.run.preflight import check_device, check_model_name, check_output_dir
 
-    check_train_args(args)  # flags the typed configs cannot see
     config = config_from_args(args)
+    check_train_args(args)  # flags the typed configs cannot see
     check_output_dir(config.output_path, overwrite=True, resume=True)  # a directory path that can be written
     from raptor.cli.run_lock import lock_output_dir
 
@@ -325,7 +142,7 @@ def check_before_training(args: argparse.Namespace) -> TrainConfig:
 
 
 def _metrics(args: argparse.Namespace, data) -> tuple[str, ...]:
-    """``--metric`` when given (checked against the task type), else the task's own metrics."""
+    """``run.metric`` when given (checked against the task type), else the task's own metrics."""
     if not getattr(args, "metric", None):
         return tuple(data.metrics)
     from raptor.training.evaluator import metric_names
@@ -333,10 +150,10 @@ def _metrics(args: argparse.Namespace, data) -> tuple[str, ...]:
     try:
         names = metric_names(args.metric, data.split.private.task_type)
     except ConfigError as err:
-        raise ConfigError(f"--metric: {err}") from None
+        raise ConfigError(f"--set run.metric: {err}") from None
     if "f1" in names and data.split.private.task_type == "classification" and data.private.num_labels > 2:
-        raise ConfigError(f"--metric f1 is the binary F1 of label id 1, but the train labels have "
-                          f"{data.private.num_labels} classes; use --metric accuracy or matthews_correlation")
+        raise ConfigError(f"--set run.metric=f1 is the binary F1 of label id 1, but the train labels have "
+                          f"{data.private.num_labels} classes; use run.metric=accuracy or matthews_correlation")
     return names
 
 
@@ -348,9 +165,9 @@ def classification_inputs(args: argparse.Namespace, config: TrainConfig) -> Inpu
 
     data = load_data(data_source(args, config))
     if data.task_type == "regression" and args.head_init == "label-words":
-        from raptor.training.setup.head_init import REGRESSION_REFUSAL
-
-        raise ConfigError(REGRESSION_REFUSAL)
+        raise ConfigError("--set model.head_init=label-words does not apply to regression (STS-B, data.task_type="
+                          "regression): a regression head has one output, a score, not one row per label word; "
+                          "leave model.head_init to random")
     metrics = _metrics(args, data)  # before the model is built (--metric f1 on 3 classes)
     model, tokenizer = load_model_and_tokenizer(model_source(args), data.public, data.private.num_labels,
                                                 init_generator(config.seed))
@@ -374,15 +191,21 @@ def run_options(args: argparse.Namespace, inputs: Inputs, *, is_main: bool = Tru
 
 
 def run(args: argparse.Namespace) -> int:
-    """check -> the objective's inputs -> :func:`raptor.training.run.fine_tune.run_fine_tune`
-    (checkpoints from step 0) -> final model and results."""
+    """check -> the objective's inputs -> :func:`raptor.training.run.fine_tune.prepare_run` -> the
+    settings line and label map -> fit (checkpoints from step 0) -> final model and results."""
     from raptor.cli.run_output import run_results, save_run, summary_line
     from raptor.cli.torchrun import check_supported, communicator_from_args
     from raptor.cli.train_generate import check_generate_flags, generate_inputs, generate_lines
     from raptor.errors import BudgetExceededError
-    from raptor.training.run.fine_tune import run_fine_tune
+    from raptor.training.run.fine_tune import prepare_run
 
-    check_supported(args)  # --distributed: classification only
+    if getattr(args, "set", None) == ["list"]:
+        from raptor.cli.flags import settings_list
+
+        print(settings_list())
+        return 0
+    config_from_args(args)  # every setting resolved: flags, recipe, --set
+    check_supported(args)  # run.distributed: classification only
     quiet_transformers(args)
     generate = args.objective == "generate"
     if generate:
@@ -393,18 +216,21 @@ def run(args: argparse.Namespace) -> int:
     inputs = generate_inputs(args, config) if generate else classification_inputs(args, config)
     label = "raptor train (generate)" if generate else "raptor train"
 
-    def announce(trainer) -> None:  # the batch size is resolved now
+    prepared = prepare_run(inputs.model, inputs.tokenizer, inputs.private, inputs.validation, config,
+                           run_options(args, inputs, is_main=comm.is_main), public=inputs.public,
+                           public_source=inputs.source, model_name=args.model, base=inputs.base, comm=comm,
+                           label_words=inputs.label_words)
+    if comm.is_main:  # prepared: the batch size is resolved, the plan made; nothing is spent yet
+        trainer = prepared.trainer
         print(settings_line(args, trainer.config, trainer.num_records,
                             task_type=None if generate else inputs.data.get("task_type"))
               .replace("raptor train:", f"{label}:", 1)
               + ("" if trainer.config.privacy.secure_rng else "  [SEEDED: reproducible, NOT secure]"), flush=True)
-
+        if prepared.label_map:
+            print(prepared.label_map, flush=True)
     stopped = None
     try:
-        out = run_fine_tune(inputs.model, inputs.tokenizer, inputs.private, inputs.validation, config,
-                            run_options(args, inputs, is_main=comm.is_main), public=inputs.public,
-                            public_source=inputs.source, model_name=args.model, base=inputs.base, comm=comm,
-                            label_words=inputs.label_words, announce=announce if comm.is_main else None)
+        out = prepared.fit()
     except BudgetExceededError as err:  # the checkpoint is saved; write results and the model, then fail
         stopped, out = err, err.partial
     trainer, results = out.trainer, out.results
@@ -454,7 +280,7 @@ def _init_head(args, model, tokenizer, label_names=()) -> list[str] | None:
 
     if args.head_init == "random":
         if args.label_words:
-            raise ConfigError("--label-words is used only with --head-init label-words")
+            raise ConfigError("--set model.label_words is used only with --set model.head_init=label-words")
         return None
     from raptor.data.tasks import get_task
 
@@ -462,14 +288,14 @@ def _init_head(args, model, tokenizer, label_names=()) -> list[str] | None:
     if words is None:
         task = get_task(args.task).name if args.task else (None if args.train_file else "sst2")  # bundled: SST-2
         if task not in LABEL_WORDS:
-            raise ConfigError("--head-init label-words needs --label-words W1 W2 ... (one per label id) unless "
+            raise ConfigError("--set model.head_init=label-words needs --set model.label_words=W1,W2,... (one per label id) unless "
                               f"--task is one of {', '.join(LABEL_WORDS)}")
         words = list(LABEL_WORDS[task])
     from raptor.data.labels import align_label_words, check_label_word_tokens
 
     if label_names and args.label_words:
-        words = align_label_words(label_names, words)
-    check_label_word_tokens(tokenizer, words)
+        words = align_label_words(label_names, words, "--set model.label_words")
+    check_label_word_tokens(tokenizer, words, "--set model.label_words")
     init_head_from_label_words(model, tokenizer, words)
     return list(words)
 

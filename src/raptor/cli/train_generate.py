@@ -4,10 +4,10 @@ Data (JSON Lines):
 
 * text decoders (``--model`` a tiny family name: olmoe, mixtral, qwen2_moe, qwen3_moe,
   deepseek_v2, deepseek_v3; or a local ``save_pretrained`` causal-LM directory): one record per
-  line with ``--prompt-field`` (default ``prompt``) and ``--answer-field`` (default ``answer``);
+  line with ``data.prompt_field`` (default ``prompt``) and ``data.answer_field`` (default ``answer``);
 * DeepSeek-VL2 (``--model DIR`` in the release layout, ``model_type`` ``deepseek_vl_v2``): one
-  record per line with ``--image-field`` (default ``image``, a path relative to the JSONL file),
-  ``--question-field`` (``question``) and ``--answer-field`` (``answer``). Every image is opened
+  record per line with ``data.image_field`` (default ``image``, a path relative to the JSONL file),
+  ``data.question_field`` (``question``) and ``data.answer_field`` (``answer``). Every image is opened
   and decoded before anything else happens; a missing or corrupt one stops the run with an error
   naming the line.
 
@@ -19,7 +19,7 @@ flags). results.json records the source. The privacy
 unit is one record (one JSONL line); with several questions per image, protect the image by
 putting one record per image.
 
-Evaluation: greedy decoding on ``--validation-file`` (``--max-new-tokens``), exact match after
+Evaluation: greedy decoding on ``--validation-file`` (``run.max_new_tokens``), exact match after
 normalisation (case, punctuation, whitespace) and token F1, before training (zero-shot, written
 as ``zero_shot`` in results.json) and at every evaluation point.
 
@@ -27,7 +27,8 @@ The reference's DeepSeek-VL2 settings (RAPTOR paper): epsilon 8, delta 1e-5, sha
 alternating schedule 1:1, LoRA rank 16 for dp-lora, shared experts frozen:
 
     raptor train --model VL2_DIR --objective generate --train-file vqa.jsonl --validation-file dev.jsonl --public-file public_vqa.jsonl \\
-        --method raptor --epsilon 8 --delta 1e-5 --shared-ratio 0.9 --alternate 1:1 --freeze-shared-experts
+        --method raptor --epsilon 8 --delta 1e-5 --set privacy.shared_ratio=0.9 \\
+        --set privacy.schedule.alternate=1,1 --set run.freeze_shared_experts=true
     raptor train ... --method dp-lora --lora 16 --epsilon 8 --delta 1e-5
 
 Runs as ``raptor train`` (the same library function,
@@ -35,9 +36,9 @@ Runs as ``raptor train`` (the same library function,
 :mod:`raptor.data.generate_inputs`): flags, ``--output-dir`` (``--overwrite``),
 ``--device``, ``--model`` and ``--resume`` checked before anything is read; ``--batch-size``
 default N/10; checkpoints (``OUTPUT_DIR/checkpoint``) before the first update, every
-``--checkpoint-every`` steps and at the end, holding the initial weights not in a base checkpoint
+``run.checkpoint_every`` steps and at the end, holding the initial weights not in a base checkpoint
 (a tiny family's random init), the tokenizer, the plan and public statistics, the ledger, the
-optimizers, the generator states and a fingerprint of the config (``--freeze-shared-experts`` and
+optimizers, the generator states and a fingerprint of the config (``run.freeze_shared_experts`` and
 the objective included) and data, so that ``--resume`` continues the same run exactly, seeded or
 not, and refuses a changed one naming the fields; ``OUTPUT_DIR/model``: the fine-tuned model
 (``save_pretrained``, or DeepSeek-VL2's release layout) with its tokenizer, named in
@@ -52,22 +53,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from raptor.cli.sections import section
 from raptor.data.generate_inputs import GenerateSource
 from raptor.errors import ConfigError
-from raptor.training.config import TrainConfig
-
-
-def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-    data_g, method_g, run_g = (section(parser, name) for name in ("data", "method", "run"))
-    data_g.add_argument("--prompt-field", default="prompt", help="JSONL prompt field (text decoders) (default prompt)")
-    data_g.add_argument("--answer-field", default="answer", help="JSONL answer field (default answer)")
-    data_g.add_argument("--image-field", default="image", help="JSONL image-path field (DeepSeek-VL2) (default image)")
-    data_g.add_argument("--question-field", default="question", help="JSONL question field (DeepSeek-VL2) (default question)")
-    run_g.add_argument("--max-new-tokens", type=int, default=8, help="greedy decoding length (default 8)")
-    method_g.add_argument("--freeze-shared-experts", action="store_true",
-                          help="keep the MoE shared experts frozen (the reference's VL2 setting) instead of "
-                               "training them in the shared group (default off)")
+from raptor.training.config import TrainConfig, is_private
 
 
 def check_generate_flags(args: argparse.Namespace) -> None:
@@ -77,7 +65,7 @@ def check_generate_flags(args: argparse.Namespace) -> None:
     if args.task or args.data_dir:
         raise ConfigError("--objective generate reads --train-file JSONL; --task/--data-dir are for classification")
     if args.head_init == "label-words":
-        raise ConfigError("--head-init applies to classification heads; --objective generate keeps the LM head")
+        raise ConfigError("--set model.head_init applies to classification heads; --objective generate keeps the LM head")
 
 
 def generate_source(args: argparse.Namespace) -> GenerateSource:
@@ -89,7 +77,7 @@ def generate_source(args: argparse.Namespace) -> GenerateSource:
                           max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
                           vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
                           num_experts=args.num_experts, max_length=args.max_length,
-                          nonprivate=args.method == "nonprivate")
+                          nonprivate=not is_private(args.method))
 
 
 def generate_inputs(args: argparse.Namespace, config: TrainConfig):

@@ -122,7 +122,7 @@ def cached_task_dir(task: str | TaskSpec, cache_dir: str | Path | None = None) -
             f"no cached copy of glue/{spec.name} in the Hugging Face datasets cache {root} (looked for "
             f"{root}/{CACHE_FOLDERS[0]}/{spec.name}/<version>/<hash>/glue-train.arrow); raptor reads the cache "
             f"offline and never downloads. Pass --data-dir DIR (a GLUE directory in the official TSV layout), "
-            f"or --hf-cache DIR if the cache lives elsewhere, or fill the cache once on a machine with network: "
+            f"or data.hf_cache=DIR if the cache lives elsewhere, or fill the cache once on a machine with network: "
             f"python -c \"import datasets; datasets.load_dataset('nyu-mll/glue', '{spec.name}')\""
         )
     return max(found, key=lambda d: d.stat().st_mtime)

@@ -127,9 +127,9 @@ def _shown(names: Sequence[str]) -> str:
     return f"{listed}" + (f" and {len(names) - SHOWN_LABELS} more" if len(names) > SHOWN_LABELS else "")
 
 
-def align_label_words(label_names: Sequence[str], words: Sequence[str], flag: str = "--label-words") -> list[str]:
+def align_label_words(label_names: Sequence[str], words: Sequence[str], flag: str = "label_words") -> list[str]:
     """The label words in label-id order: matched by name when they are the label names in any order
-    (``--label-words yes no`` for labels ``no`` = 0, ``yes`` = 1 gives ``no, yes``); otherwise as
+    (words ``yes no`` for labels ``no`` = 0, ``yes`` = 1 gives ``no, yes``); otherwise as
     given, unless a word names another label, which is refused (it would initialise that label's
     row from a different label's word)."""
     names, words = [str(n) for n in label_names], [str(w) for w in words]
@@ -150,7 +150,7 @@ def align_label_words(label_names: Sequence[str], words: Sequence[str], flag: st
     return words
 
 
-def check_label_word_tokens(tokenizer, words: Sequence[str], flag: str = "--label-words") -> None:
+def check_label_word_tokens(tokenizer, words: Sequence[str], flag: str = "label_words") -> None:
     """Two label words that the tokenizer turns into the same tokens (unknown words become ``[UNK]``)
     would give identical head rows, so every prediction would be one class: refused."""
     seen: dict[tuple[int, ...], str] = {}
@@ -161,7 +161,7 @@ def check_label_word_tokens(tokenizer, words: Sequence[str], flag: str = "--labe
             what = "the unknown token" if unk is not None and set(ids) <= {unk} else f"tokens {list(ids)}"
             raise ConfigError(f"{flag}: {seen[ids]!r} and {word!r} are both {what} in this tokenizer, so their head "
                               "rows would be identical and the model would start predicting one class; choose words "
-                              "the tokenizer knows (or --head-init random)")
+                              "the tokenizer knows (or a random head)")
         seen[ids] = word
 
 

@@ -64,9 +64,9 @@ class DataSource:
         if not self.train_file and self.data_dir and not self.task:
             raise ConfigError("--data-dir needs --task (sst2, mrpc, rte, cola, stsb, wnli, qnli, qqp, mnli)")
         if self.task_type not in TASK_TYPES:
-            raise ConfigError(f"--task-type must be one of {', '.join(TASK_TYPES)}, got {self.task_type!r}")
+            raise ConfigError(f"data.task_type must be one of {', '.join(TASK_TYPES)}, got {self.task_type!r}")
         if self.task_type != "auto" and not self.train_file:
-            raise ConfigError("--task-type applies to --train-file; a GLUE --task has its own type (stsb: regression)")
+            raise ConfigError("data.task_type applies to --train-file; a GLUE --task has its own type (stsb: regression)")
         if self.text_columns is not None:
             object.__setattr__(self, "text_columns", tuple(self.text_columns))
         object.__setattr__(self, "needs_public", tuple(self.needs_public))
@@ -249,7 +249,11 @@ def from_records(rows: Iterable[Mapping], *, text_columns: Sequence[str] | None 
         raise DataError(f"{source}: no text column among {list(rows[0])}; pass text_columns")
     missing = next((i for i, r in enumerate(rows) if label_column not in r or any(c not in r for c in columns)), None)
     if missing is not None:
-        raise DataError(f"{source}: record {missing} lacks {label_column!r} or one of the text columns {columns}")
+        lacks = [c for c in (label_column, *columns) if c not in rows[missing]]
+        what = "label" if lacks[0] == label_column else "text"
+        raise DataError(f"{source}: record {missing} lacks {lacks[0]!r} (its keys: {sorted(map(str, rows[missing]))}); "
+                        f"give every record its {what}, or name the column ({what}_column"
+                        f"{'s' if what == 'text' else ''}=)")
     empty = next(((i, c) for i, r in enumerate(rows) for c in (*columns, label_column) if r[c] is None), None)
     if empty is not None:  # str(None) would train on the text "None", or make "None" a class
         raise DataError(f"{source}: record {empty[0]}: {empty[1]!r} is None (a missing value); drop the record or "

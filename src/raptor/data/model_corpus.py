@@ -17,7 +17,7 @@ They exist only so that the public records fit the record layout that the public
 (``labels [B]``, whose length counts the public records) and the resume fingerprint digests. No
 label of a public record is read by anything that uses them: public routing (owners), owner shares,
 denominators n_hat and the layer choice read ``input_ids`` and ``attention_mask`` only, and the one
-consumer of public labels, the public per-expert clip rules (``--clip-rule`` other than
+consumer of public labels, the public per-expert clip rules (``privacy.clip_rule`` other than
 ``uniform``, which need public gradient norms), refuses an unlabelled corpus
 (:func:`raptor.training.setup.public_stage.check_labelled`, through
 :attr:`raptor.data.public_source.PublicSource.labelled`, which uses the same test of the file as

@@ -142,7 +142,7 @@ def refuse_ambiguous_labels(table: Table, raw: Sequence[str], column: str) -> No
         raise DataError(
             f"{table.name}: line {table.records[i].line}: label {raw[i]!r} in column {column!r} is fractional while "
             f"{len(numbers) - len(fractional)} of the {len(numbers)} labels are whole numbers; fix the label if it "
-            "is a typo, or pass --task-type regression (scores) or --task-type classification (class names)")
+            "is a typo, or pass data.task_type=regression (scores) or data.task_type=classification (class names)")
 
 
 def warn_mixed_labels(table: Table, raw: Sequence[str], column: str) -> None:
@@ -210,7 +210,7 @@ def _ids(table: Table, raw: list[str], mapping: dict[str, int], column: str, all
             raise DataError(
                 f"{table.name}: line {record.line}: class {value!r} (column {column!r}) is in the validation "
                 f"file but not in the train file {train_file}, whose classes are {list(mapping)}; a classifier "
-                f"cannot predict a class it never saw: fix the label, or pass --task-type regression if the "
+                f"cannot predict a class it never saw: fix the label, or pass data.task_type=regression if the "
                 f"labels are scores"
             )
         if value not in mapping:
@@ -244,10 +244,10 @@ def load_user_files(
         task_type: ``"auto"``, ``"classification"`` or ``"regression"`` (see the module docstring).
     """
     if task_type not in TASK_TYPES:
-        raise DataError(f"--task-type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")
+        raise DataError(f"data.task_type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")
     spec = get_task(task) if task is not None else None
     if spec is not None and task_type not in ("auto", spec.task_type):
-        raise DataError(f"--task {spec.name} is a {spec.task_type} task; drop --task-type {task_type}")
+        raise DataError(f"--task {spec.name} is a {spec.task_type} task; drop data.task_type={task_type}")
     if label_names is not None and task_type == "regression":
         raise DataError("label names were given for a regression task: regression labels are numbers")
     train_table = read_table(train_file)

@@ -178,38 +178,11 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
     """
     from raptor.shipped import resolve
 
-    if not isinstance(name_or_path, (str, Path)):
-        raise ConfigError(f"load_model: name_or_path must be a model name or a save_pretrained directory (str or "
-                          f"Path), e.g. load_model('minilm-moe', num_labels=2); got {type(name_or_path).__name__}")
-    if not str(name_or_path).strip():
-        raise ConfigError("load_model(''): the model name is empty; give a shipped or built model's name "
-                          "(raptor.shipped.available()), a save_pretrained directory or a hub name (owner/name)")
-    if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
-                                   or not 1 <= num_labels <= MAX_NUM_LABELS):
-        raise ConfigError(f"num_labels must be an integer in [1, {MAX_NUM_LABELS:,}] (1: a regression head; the "
-                          f"head is num_labels x hidden_size weights), got {num_labels!r}")
+    _check_load_arguments(name_or_path, num_labels)
     given = name_or_path
     name_or_path = resolve(name_or_path)
     kwargs.setdefault("dtype", torch.float32)
-    path = Path(name_or_path)
-    if path.exists():
-        config_file = path / "config.json"
-        if not config_file.is_file():
-            raise ConfigError(f"{path} is not a model directory: it has no config.json")
-        saved = json.loads(config_file.read_text())
-    else:
-        name = str(name_or_path)
-        if name in FAMILIES:
-            raise ConfigError(f"load_model({name!r}): {name} is a tiny family with no weights to load; build it with "
-                              f"raptor.moe.models.build_model({name!r}, ...), or load a shipped or built model by name "
-                              "(raptor.shipped.available())")
-        if name.startswith((".", "/", "~")) or "/" not in name:  # no hub name has that form
-            from raptor.shipped import available
-
-            raise ConfigError(f"load_model({name!r}): no such directory, shipped or built model; shipped and built "
-                              f"models: {', '.join(available()) or 'none'}; or give a save_pretrained directory or "
-                              "a hub name (owner/name)")
-        saved = transformers.AutoConfig.from_pretrained(name).to_dict()
+    saved = _saved_config(name_or_path)
     model_type = saved.get("model_type")
     cls = classification_class(model_type)
     if num_labels is not None:
@@ -236,6 +209,43 @@ def load_model(name_or_path: str | Path, *, num_labels: int | None = None,
                        f"it is drawn anew ({', '.join(sorted(missing))})")
     model.eval()
     return model
+
+
+
+def _check_load_arguments(name_or_path, num_labels) -> None:
+    """:func:`load_model`'s name and ``num_labels``, refused in one line naming the argument."""
+    if not isinstance(name_or_path, (str, Path)):
+        raise ConfigError(f"load_model: name_or_path must be a model name or a save_pretrained directory (str or "
+                          f"Path), e.g. load_model('minilm-moe', num_labels=2); got {type(name_or_path).__name__}")
+    if not str(name_or_path).strip():
+        raise ConfigError("load_model(''): the model name is empty; give a shipped or built model's name "
+                          "(raptor.shipped.available()), a save_pretrained directory or a hub name (owner/name)")
+    if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
+                                   or not 1 <= num_labels <= MAX_NUM_LABELS):
+        raise ConfigError(f"num_labels must be an integer in [1, {MAX_NUM_LABELS:,}] (1: a regression head; the "
+                          f"head is num_labels x hidden_size weights), got {num_labels!r}")
+
+
+def _saved_config(name_or_path) -> dict:
+    """The saved config of a local model directory or a hub name (refused in one line when neither)."""
+    path = Path(name_or_path)
+    if path.exists():
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ConfigError(f"{path} is not a model directory: it has no config.json")
+        return json.loads(config_file.read_text())
+    name = str(name_or_path)
+    if name in FAMILIES:
+        raise ConfigError(f"load_model({name!r}): {name} is a tiny family with no weights to load; build it with "
+                          f"raptor.moe.models.build_model({name!r}, ...), or load a shipped or built model by name "
+                          "(raptor.shipped.available())")
+    if name.startswith((".", "/", "~")) or "/" not in name:  # no hub name has that form
+        from raptor.shipped import available
+
+        raise ConfigError(f"load_model({name!r}): no such directory, shipped or built model; shipped and built "
+                          f"models: {', '.join(available()) or 'none'}; or give a save_pretrained directory or "
+                          "a hub name (owner/name)")
+    return transformers.AutoConfig.from_pretrained(name).to_dict()
 
 
 def checkpoint_num_labels(config: dict) -> int:

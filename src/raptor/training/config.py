@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from raptor.accounting.events import ACCOUNTANTS, ADJACENCIES
@@ -37,6 +37,36 @@ SHARED_SPLITS = ("none", "head")
 DTYPES = ("float32", "float64", "bfloat16")
 
 
+def setting(default=MISSING, *, flag: str | None = None, section: str | None = None, help: str | None = None,
+            default_text: str | None = None, set_by: str | None = None, default_factory=MISSING, **cli):
+    """A config field with its command-line metadata: ``flag`` (a first-class ``raptor train`` flag;
+    a field without one is set by ``--set PATH=VALUE``), the help ``section`` and ``help`` text,
+    ``default_text`` (how ``--help`` states a default given by a rule rather than a value),
+    ``set_by`` (the flag that sets this field along with its own, e.g. ``--seed`` for
+    ``privacy.secure_rng``: not a ``--set`` path) and
+    argparse details in ``cli`` (``choices``, ``metavar``, ``nargs``, ``action``; a callable
+    ``choices`` is read when the parser is built). The CLI builds its parser from these
+    (:mod:`raptor.cli.flags`)."""
+    meta = {"flag": flag, "section": section, "help": help, "default_text": default_text, "set_by": set_by, "cli": cli}
+    return field(default=default, default_factory=default_factory, metadata=meta)
+
+
+def field_flag(path: str, cls: type | None = None) -> str | None:
+    """The first-class flag of the dotted config field ``path`` (``privacy.epsilon`` -> ``--epsilon``),
+    or None when the field has none (it is set by ``--set``) or does not exist."""
+    import typing
+
+    cls = TrainConfig if cls is None else cls
+    head, _, rest = path.partition(".")
+    found = next((f for f in fields(cls) if f.name == head), None)
+    if found is None:
+        return None
+    if rest:
+        inner = typing.get_type_hints(cls)[head]
+        return field_flag(rest, inner) if is_dataclass(inner) else None
+    return found.metadata.get("flag")
+
+
 def _err(cls: str, name: str, value, allowed: str) -> ConfigError:
     return ConfigError(f"{cls}.{name} must be {allowed}, got {value!r}")
 
@@ -46,7 +76,7 @@ def _positive(cls: str, name: str, value, *, allow_inf: bool = False) -> None:
     if ok and math.isinf(value) and not allow_inf:
         ok = False
     if not ok or (isinstance(value, float) and math.isnan(value)):
-        raise _err(cls, name, value, "a positive number" + (" (inf allowed)" if allow_inf else ""))
+        raise _err(cls, name, value, "a positive number (inf allowed)" if allow_inf else "a positive finite number")
 
 
 def _choice(cls: str, name: str, value, allowed) -> None:
@@ -62,7 +92,8 @@ class Schedule:
     * alternating S:X: update t is shared-only if t mod (S+X) < S, else expert-only.
     """
 
-    alternate: tuple[int, int] | None = None
+    alternate: tuple[int, int] | None = setting(None, help="S:X alternating schedule as S,X",
+                                                default_text="simultaneous")
 
     def __post_init__(self) -> None:
         if self.alternate is not None:
@@ -101,7 +132,7 @@ class PrivacyConfig:
     Default 0.9, not the reference's 0.3: r = 0.3 was the worst setting in every measurement we
     have (README "Results": the SST-2 grid on the shipped warm start, +0.016/+0.016/+0.019 for
     0.9 at epsilon 1/3/8, tied on OLMoE; the demo; full SST-2 at epsilon 8 from random init). On
-    a model whose experts carry task signal a lower r may be better: it is ``--shared-ratio``.
+    a model whose experts carry task signal a lower r may be better: it is ``privacy.shared_ratio``.
     ``noise_multipliers`` = (sigma_s, sigma_e) overrides calibration (experiments/tests; the
     ledger still records what is executed).
     ``shared_split="head"`` (group-wise shared clipping, roles grouping only): the output head
@@ -112,21 +143,27 @@ class PrivacyConfig:
     whose per-record norm can be 1000x the backbone's, from eating the backbone's clip.
     """
 
-    epsilon: float | None = 8.0
-    delta: float | None = None
-    clip_shared: float = 1.0
-    clip_expert: float = 1.0
-    clip_rule: str = "uniform"
-    clip_quantile: float = 0.5
-    shared_ratio: float = 0.9
-    adjacency: str = "add-remove"
-    accountant: str = "pld"
+    epsilon: float | None = setting(8.0, flag="--epsilon", section="privacy", help="total epsilon budget")
+    delta: float | None = setting(None, flag="--delta", section="privacy", help="delta",
+                                  default_text="a power of ten below 1/(N ln N)")
+    clip_shared: float = setting(1.0, flag="--clip", section="privacy", help="shared clip norm C_s (and dense C)")
+    clip_expert: float = setting(1.0, help="base expert clip norm C")
+    clip_rule: str = setting("uniform", choices=CLIP_RULES, help="per-expert clip norms from public gradient norms")
+    clip_quantile: float = setting(0.5, help="the public quantile of clip_rule=quantile")
+    shared_ratio: float = setting(0.9, help="share of the budget given to the shared stream")
+    adjacency: str = setting("add-remove", choices=ADJACENCIES, help="neighbouring datasets")
+    accountant: str = setting("pld", choices=ACCOUNTANTS, help="privacy accountant")
     schedule: Schedule = field(default_factory=Schedule)
-    denominator: str = "public"
-    pseudo_count: float = 1.0
-    secure_rng: bool = True
-    noise_multipliers: tuple[float | None, float | None] | None = None
-    shared_split: str = "none"
+    denominator: str = setting("public", choices=DENOMINATORS,
+                               help="expert denominators: public n_hat or uniform B/E")
+    pseudo_count: float = setting(1.0, help="pseudo-count added to the public owner counts of n_hat")
+    secure_rng: bool = setting(True, set_by="--seed")
+    noise_multipliers: tuple[float | None, float | None] | None = setting(
+        None, help="(sigma_s, sigma_e) instead of the calibrated ones (experiments and tests)", default_text="calibrated")
+    shared_split: str = setting(
+        "none", choices=SHARED_SPLITS,
+        help="head: clip the output head and the backbone as two groups of the shared stream, each at its public "
+             "median scale, noised as one Gaussian (same budget)")
 
     def __post_init__(self) -> None:
         c = "PrivacyConfig"
@@ -172,11 +209,15 @@ class PerformanceConfig:
     (:mod:`raptor.training.step.micro_batch`). It never depends on private data or on |S_t|.
     """
 
-    micro_batch_size: int = 32
-    device: str = "cpu"
-    dtype: str = "float32"
-    eval_batch_size: int = 64
-    memory_budget_mib: float | None = None
+    micro_batch_size: int = setting(32, help="records per engine call; memory only, no effect on the result")
+    device: str = setting("cpu", flag="--device", section="run", help="cpu, cuda, cuda:N or mps")
+    dtype: str = setting("float32", choices=DTYPES,
+                         help="weights and activations (bfloat16 on GPUs: norms, clip factors, sums, noise and the "
+                              "optimizer's master weights stay float32)")
+    eval_batch_size: int = setting(64, help="records per evaluation batch")
+    memory_budget_mib: float | None = setting(
+        None, help="choose the micro-batch size from this budget of working memory per engine call (probed on "
+                   "synthetic records of max_length tokens; overrides micro_batch_size)", default_text="none")
 
     def __post_init__(self) -> None:
         c = "PerformanceConfig"
@@ -187,7 +228,7 @@ class PerformanceConfig:
         _choice(c, "dtype", self.dtype, DTYPES)
         b = self.memory_budget_mib
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 or math.isinf(b)):
-            raise _err(c, "memory_budget_mib", b, "a positive number of MiB (--memory-budget-mib), or None")
+            raise _err(c, "memory_budget_mib", b, "a positive number of MiB, or None")
         if not isinstance(self.device, str) or not self.device:
             raise _err(c, "device", self.device, "a torch device string such as 'cpu' or 'cuda'")
 
@@ -217,28 +258,58 @@ def is_tiny_model(model: str | None) -> bool:
     return model in FAMILY_NAMES or model in SHIPPED
 
 
+def check_model_kind(model: str | None, where: str = "default_recipe") -> None:
+    """A model named for its defaults is one raptor can tell the kind of: a tiny family, a shipped
+    or built model, a directory or a hub name (owner/name); a typo (``switch_transformer``) would
+    silently get a pre-trained model's defaults, so it is refused naming the close names."""
+    if model is None or "/" in str(model) or is_tiny_model(model) or Path(str(model)).expanduser().exists():
+        return
+    import difflib
+
+    from raptor.moe.names import FAMILY_NAMES
+    from raptor.shipped import available
+
+    known = [*FAMILY_NAMES, *available()]
+    if model in known:
+        return
+    close = difflib.get_close_matches(str(model), known, n=1)
+    raise ConfigError(f"{where}: model={model!r} is no tiny family ({', '.join(FAMILY_NAMES)}), shipped or built model "
+                      f"({', '.join(available()) or 'none'}), directory or hub name (owner/name)"
+                      + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
 def default_lora(model: str | None) -> bool:
     """Whether a run that does not say trains LoRA adapters: yes on a pre-trained model, no on a
     tiny one (:func:`is_tiny_model`)."""
     return not is_tiny_model(model)
 
 
-#: the trainable sets that ``TrainConfig.lora`` turns into LoRA adapters on the same parameters
-TRAINABLE_LORA: tuple[str, ...] = ("roles", "shared", "experts", "all")
+def is_private(method: str) -> bool:
+    """Whether ``method`` releases a DP stream (its method row's ``private``; an unknown name is
+    refused by :class:`TrainConfig` itself)."""
+    spec = METHOD_SPECS.get(method)
+    return spec is None or spec.private
+
+
+def lora_rule(method: str) -> str | None:
+    """The LoRA rule of ``method``'s trainable set: "always" (dp-lora), "optional" (``lora`` chooses)
+    or "never" (last-layer); None for an unknown name."""
+    spec = METHOD_SPECS.get(method)
+    return None if spec is None else spec.lora_rule
 
 
 def method_default_lora(model: str | None, method: str) -> bool:
     """``TrainConfig.lora`` of a run that does not say: :func:`default_lora` for the methods whose
-    trainable set LoRA can replace (built from roles: ``TRAINABLE_LORA``), False for the rest
+    trainable set LoRA can replace (its LoRA rule is "optional"), False for the rest
     (dp-lora is LoRA by its method, last-layer full weights by its)."""
     spec = METHOD_SPECS.get(method)
-    return default_lora(model) and spec is not None and spec.trainable in TRAINABLE_LORA
+    return default_lora(model) and spec is not None and spec.lora_rule == "optional"
 
 
 def method_default_lr(model: str | None, method: str, lora: bool) -> float:
     """:func:`default_lr` of a run of ``method`` with ``TrainConfig.lora=lora`` (dp-lora trains LoRA
     whatever the flag says)."""
-    return default_lr(model, lora=lora or method == "dp-lora")
+    return default_lr(model, lora=lora or lora_rule(method) == "always")
 
 
 def default_train_config(method: str = "raptor", model: str | None = DEFAULT_MODEL, lora: bool | None = None):
@@ -246,8 +317,10 @@ def default_train_config(method: str = "raptor", model: str | None = DEFAULT_MOD
     documents them): LoRA on a pre-trained model unless ``lora`` says, the learning rate of the
     model's kind and of LoRA or full weights; ``model=None``: a model passed in without a name, on
     full weights."""
-    lora = (method_default_lora(model, method) if model is not None else False) if lora is None else bool(lora)
-    return TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=None if method == "nonprivate" else 8.0),
+    if lora is not None and not isinstance(lora, bool):
+        raise ConfigError(f"lora must be True, False or None (the model's default), got {lora!r}")
+    lora = (method_default_lora(model, method) if model is not None else False) if lora is None else lora
+    return TrainConfig(method=method, lora=lora, privacy=PrivacyConfig(epsilon=8.0 if is_private(method) else None),
                        optim=OptimConfig(lr=method_default_lr(model, method, lora)))
 
 
@@ -276,13 +349,15 @@ class OptimConfig:
     SGD is not: use SGD to see the effect of the denominator.
     """
 
-    name: str = "adamw"
-    lr: float = PRETRAINED_LR
-    lr_expert: float | None = None
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float | None = None
-    momentum: float = 0.0
+    name: str = setting("adamw", choices=OPTIMIZERS, help="optimizer")
+    lr: float = setting(PRETRAINED_LR, flag="--lr", section="optimisation", help="learning rate",
+                        default_text=f"{PRETRAINED_LORA_LR:g} for a pre-trained model under LoRA, {PRETRAINED_LR:g} "
+                                     f"on its full weights (--no-lora), {TINY_LR:g} for a tiny model")
+    lr_expert: float | None = setting(None, help="expert-stream learning rate", default_text="--lr")
+    betas: tuple[float, float] = setting((0.9, 0.999), help="AdamW betas")
+    eps: float = setting(1e-8, help="AdamW epsilon (numerical, not privacy)")
+    weight_decay: float | None = setting(None, help="weight decay", default_text="0.01 under AdamW, 0 under SGD")
+    momentum: float = setting(0.0, help="SGD momentum")
 
     @property
     def effective_weight_decay(self) -> float:
@@ -327,28 +402,44 @@ class TrainConfig:
     updated (the reference's protocol).
     """
 
-    method: str = "raptor"
-    epochs: float = 3.0
-    steps: int | None = None
-    batch_size: int | None = None
-    seed: int | None = None
-    output_dir: str = "runs/train"
-    layers: str | tuple[int, ...] = "auto"
-    num_auto_layers: int = 1
-    eval_every: int = 0
-    max_length: int = 128
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    lora: bool = False
-    freeze_head: bool = False
+    method: str = setting("raptor", flag="--method", section="method", help="training method",
+                          choices=lambda: tuple(METHOD_SPECS))
+    epochs: float = setting(3.0, flag="--epochs", section="optimisation", help="passes over the private data")
+    steps: int | None = setting(None, flag="--steps", section="optimisation", help="planned updates",
+                                default_text="from --epochs")
+    batch_size: int | None = setting(None, flag="--batch-size", section="optimisation",
+                                     help="expected Poisson batch size B, q = B/N",
+                                     default_text="N/10, at least 8, at most 1024")
+    seed: int | None = setting(None, flag="--seed", section="privacy", help="seeded, reproducible and NOT secure run",
+                               default_text="OS CSPRNG")
+    output_dir: str = setting("runs/train", flag="--output-dir", section="run",
+                              help="results.json, checkpoint/ and model/; must not hold another run unless --overwrite")
+    layers: str | tuple[int, ...] = setting(
+        "auto", flag="--layers", section="method",
+        help="'auto' (the public routing entropy picks one layer; 'auto:K' picks K), 'last' (the last MoE layer), "
+             "'all' (every MoE layer) or MoE layer indices, e.g. '1' or '0,1'")
+    num_auto_layers: int = setting(1, set_by="--layers auto:K")
+    eval_every: int = setting(0, help="evaluate every N steps (0: at the end)")
+    max_length: int = setting(128, flag="--max-length", section="data", help="tokens per record")
+    lora_rank: int = setting(8, set_by="--lora RANK")
+    lora_alpha: float = setting(16.0, help="LoRA alpha")
+    lora_dropout: float = setting(0.0, help="LoRA dropout")
+    lora: bool = setting(
+        False, flag="--lora", section="model", metavar="RANK",
+        help="train LoRA adapters of rank RANK (8 when no rank is given) on the method's own set (attention LoRA in "
+             "the shared stream, one LoRA per expert of the trained layers in the expert stream); with --method "
+             "dp-lora, which is always LoRA, it sets the rank; --no-lora trains the full weights (a pre-trained "
+             "--model's lr is then 2e-4 unless --lr is given)",
+        default_text="on, r 8, for a pre-trained --model such as minilm-moe; off for a tiny one")
+    freeze_head: bool = setting(False, help="keep the output head at its initial (e.g. label-word) weights: in no "
+                                            "clipping group, never updated")
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     performance: PerformanceConfig = field(default_factory=PerformanceConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
     def __post_init__(self) -> None:
         c = "TrainConfig"
-        _choice(c, "method", self.method, METHODS)
+        _choice(c, "method", self.method, tuple(METHOD_SPECS))  # read now: a row added to the table is a method
         _positive(c, "epochs", self.epochs)
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise _err(c, "steps", self.steps, "an integer >= 1 or None")
@@ -367,9 +458,9 @@ class TrainConfig:
         for name in ("lora", "freeze_head"):
             if not isinstance(getattr(self, name), bool):
                 raise _err(c, name, getattr(self, name), "True or False")
-        if self.lora and self.method == "last-layer":
-            raise ConfigError("TrainConfig: lora=True (--lora) does not apply to last-layer (full weights of the last "
-                              "block by definition); use dp-lora for LoRA on every block")
+        if self.lora and lora_rule(self.method) == "never":
+            raise ConfigError(f"TrainConfig: lora=True (--lora) does not apply to {self.method} (its trainable set is "
+                              "full weights by definition); use dp-lora for LoRA on every block")
         for name in ("num_auto_layers", "max_length", "lora_rank"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -379,9 +470,9 @@ class TrainConfig:
         _positive(c, "lora_alpha", self.lora_alpha)
         if not 0.0 <= self.lora_dropout < 1.0:
             raise _err(c, "lora_dropout", self.lora_dropout, "in [0, 1)")
-        if self.method == "nonprivate":
+        if not is_private(self.method):
             if self.privacy.epsilon is not None:
-                raise ConfigError("TrainConfig: the nonprivate method has no epsilon; set privacy.epsilon=None "
+                raise ConfigError(f"TrainConfig: the {self.method} method has no epsilon; set privacy.epsilon=None "
                                   f"(got {self.privacy.epsilon!r}), or choose a DP --method")
         elif self.privacy.epsilon is None and self.privacy.noise_multipliers is None:
             raise ConfigError(f"TrainConfig: method {self.method!r} needs privacy.epsilon (or explicit noise_multipliers)")
@@ -440,8 +531,8 @@ def check_batch_size(batch_size: int, dataset_size: int) -> None:
     """The expected Poisson batch size B must satisfy 1 <= B < N (q = B/N in (0, 1)): with B >= N
     every record would be in almost every batch, and subsampling would amplify nothing."""
     if not 1 <= batch_size < dataset_size:
-        raise ConfigError(f"--batch-size {batch_size} must be below the {dataset_size} private records (and at "
-                          "least 1): lower --batch-size or add records")
+        raise ConfigError(f"batch_size {batch_size} (--batch-size) must be below the {dataset_size} private records "
+                          "(and at least 1): lower it or add records")
 
 
 def resolve_batch_size(config: TrainConfig, num_private: int) -> TrainConfig:
@@ -484,18 +575,3 @@ def replace_fields(config, changes: Mapping[str, object]):
             raise ConfigError(f"{type(config).__name__}.{head} has no fields; set it as {head}=VALUE")
         direct[head] = replace_fields(inner, sub)
     return replace(config, **direct) if direct else config
-
-
-#: config field (dotted, as in TrainConfig.to_dict) -> the ``raptor train`` flag that sets it
-FIELD_FLAGS: dict[str, str] = {
-    "method": "--method", "epochs": "--epochs", "steps": "--steps", "batch_size": "--batch-size",
-    "seed": "--seed", "layers": "--layers", "num_auto_layers": "--layers auto:K", "eval_every": "--eval-every",
-    "max_length": "--max-length", "privacy.epsilon": "--epsilon", "privacy.delta": "--delta",
-    "privacy.clip_shared": "--clip", "privacy.clip_expert": "--clip-expert", "privacy.clip_rule": "--clip-rule",
-    "privacy.shared_ratio": "--shared-ratio", "privacy.adjacency": "--adjacency",
-    "privacy.accountant": "--accountant", "privacy.schedule.alternate": "--alternate", "privacy.denominator": "--denominator",
-    "privacy.secure_rng": "--seed", "performance.micro_batch_size": "--micro-batch-size",
-    "performance.device": "--device", "optim.name": "--optimizer", "optim.lr": "--lr",
-    "optim.lr_expert": "--lr-expert", "performance.memory_budget_mib": "--memory-budget-mib",
-    "lora_rank": "--lora", "lora": "--lora", "objective": "--objective", "freeze_shared_experts": "--freeze-shared-experts",
-}

@@ -63,17 +63,17 @@ def make_engine(model: nn.Module, spec: MethodSpec, trained_layers, loss_fn=None
 
 
 def split_head_params(model: nn.Module, config: TrainConfig, spec: MethodSpec) -> tuple[str, ...]:
-    """The head's trainable parameters when the shared stream is split (``--shared-split head``),
+    """The head's trainable parameters when the shared stream is split (``privacy.shared_split="head"``),
     else (). The split needs the roles grouping and a shared stream with a trainable head."""
     if config.privacy.shared_split == "none":
         return ()
     if spec.grouping != "roles" or "shared" not in spec.streams:
-        raise ConfigError(f"--shared-split {config.privacy.shared_split} splits the shared stream of a roles-grouped "
-                          f"method (raptor, shared-only); {config.method} has none: use --shared-split none")
+        raise ConfigError(f"privacy.shared_split={config.privacy.shared_split} splits the shared stream of a roles-grouped "
+                          f"method (raptor, shared-only); {config.method} has none: use privacy.shared_split=none")
     names = head_param_names(model)
     if not names:
-        raise ConfigError("--shared-split head: the head is not trained (--freeze-head, or a generative run); "
-                          "use --shared-split none")
+        raise ConfigError("privacy.shared_split=head: the head is not trained (freeze_head=true, or a generative run); "
+                          "use privacy.shared_split=none")
     return names
 
 

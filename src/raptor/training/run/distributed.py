@@ -35,7 +35,7 @@ and broadcast (:meth:`Communicator.on_main`); the initial weights are broadcast 
 (:meth:`Communicator.broadcast_module_`). The dev evaluation is sharded in contiguous slices and
 the predictions and loss sums gathered (:meth:`Communicator.gather_predictions`).
 
-Failures: the process group has a timeout (``--dist-timeout``); a collective that fails (a dead
+Failures: the process group has a timeout (``run.dist_timeout``); a collective that fails (a dead
 peer: gloo sees the closed connection at once, nccl at the timeout) raises
 :class:`DistributedError` naming the operation, the rank and the flag. Never a hang.
 
@@ -79,9 +79,9 @@ class DistConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ConfigError(f"--dist-backend must be 'gloo' or 'nccl', got {self.backend!r}")
+            raise ConfigError(f"run.dist_backend must be 'gloo' or 'nccl', got {self.backend!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ConfigError(f"--dist-timeout must be a number of seconds > 0, got {self.timeout_s!r}")
+            raise ConfigError(f"run.dist_timeout must be a number of seconds > 0, got {self.timeout_s!r}")
         if isinstance(self.local_rank, bool) or not isinstance(self.local_rank, int) or self.local_rank < 0:
             raise ConfigError(f"the local rank (torchrun's LOCAL_RANK) must be an integer >= 0, got {self.local_rank!r}")
 
@@ -216,7 +216,7 @@ class TorchCommunicator(Communicator):
             raise DistributedError(
                 f"rank {self.rank}/{self.world_size}: {what} failed ({type(exc).__name__}: {str(exc)[:200]}). "
                 "Another rank died or the process group timed out "
-                f"(--dist-timeout {self.timeout_s:g} s); the job stops here: resume from the last checkpoint"
+                f"(run.dist_timeout={self.timeout_s:g} s); the job stops here: resume from the last checkpoint"
             ) from exc
 
     def all_reduce_grads(self, grads, count=0):
@@ -286,9 +286,9 @@ def init_communicator(config: DistConfig | None, device: str | torch.device = "c
 
     device = torch.device(device)
     if config.backend == "nccl" and device.type != "cuda":
-        raise ConfigError("--dist-backend nccl needs --device cuda; use gloo on CPU")
+        raise ConfigError("run.dist_backend=nccl needs --device cuda; use run.dist_backend=gloo on CPU")
     if not dist.is_available():
-        raise ConfigError("this torch build has no torch.distributed; drop --distributed")
+        raise ConfigError("this torch build has no torch.distributed; drop run.distributed=true")
     if not dist.is_initialized():
         if config.backend == "nccl":
             torch.cuda.set_device(config.local_rank)
@@ -296,6 +296,6 @@ def init_communicator(config: DistConfig | None, device: str | torch.device = "c
             dist.init_process_group(backend=config.backend, init_method="env://",
                                     timeout=datetime.timedelta(seconds=config.timeout_s))
         except ValueError as err:  # torch: "environment variable RANK expected, but not set"
-            raise ConfigError(f"--distributed: no process group to join ({err}); launch with "
+            raise ConfigError(f"run.distributed=true: no process group to join ({err}); launch with "
                               "torchrun (README, 'Several processes, several nodes')") from err
     return TorchCommunicator(config.timeout_s)

@@ -22,8 +22,8 @@ have been built with ``num_labels=1``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from torch import nn
 
@@ -70,7 +70,6 @@ def fine_tune(model: nn.Module | str | None, tokenizer, train: Rows, validation:
         ...                     size=TinySize(vocab_size=len(tok), hidden_size=16))
         >>> config = raptor.tiny_recipe("dpsgd", steps=1, output_dir="run-doc")  # seeded: NOT secure
         >>> out = raptor.fine_tune(model, tok, rows[:30], rows[30:], config, public=rows[30:], progress=False)
-        raptor: labels (label -> id): '0' -> 0, '1' -> 1
         >>> out.results["steps"], out.results["epsilon"] <= 8
         (1, True)
 
@@ -84,7 +83,8 @@ def fine_tune(model: nn.Module | str | None, tokenizer, train: Rows, validation:
 
     ``options``: the fields of :class:`~raptor.training.run.options.RunOptions` (``public_size``,
     ``text_columns``, ``label_column``, ``metrics``, ``task_type``, ``max_new_tokens``,
-    ``freeze_shared_experts``, ``resume``, ``progress``, ``checkpoint_every``, ``checkpoint_start``).
+    ``freeze_shared_experts``, ``resume``, ``progress``, ``checkpoint_every``, ``checkpoint_start``,
+    ``verbose``: print the label map before the first update; nothing is printed otherwise).
     ``config`` defaults to ``TrainConfig()`` (RAPTOR, epsilon 8, secure randomness). Checkpoints
     (``config.output_path / "checkpoint"``, every ``checkpoint_every`` steps and, with
     ``checkpoint_start``, before the first update) hold everything needed to continue the same
@@ -141,13 +141,58 @@ def load_named_model(name: str | None, tokenizer, train, config: TrainConfig | N
     return model, load_tokenizer(path), path
 
 
+@dataclass
+class PreparedRun:
+    """A run assembled and ready for its first update (:func:`prepare_run`): the trainer (its
+    config's batch size resolved, its plan and ledger made), the run's tokenizer, the label map,
+    and results entries of the data; :meth:`fit` trains it."""
+
+    trainer: Trainer
+    tokenizer: object
+    options: RunOptions
+    label_names: tuple = ()
+    label_words: Sequence[str] | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label_map(self) -> str | None:
+        """The one-line label map of a classification run (None for a generative one)."""
+        return label_map_line(self.label_names, self.label_words) if self.label_names else None
+
+    def fit(self) -> FineTuneResult:
+        """Train to the planned number of updates; a budget stop raises
+        :class:`~raptor.errors.BudgetExceededError` with ``partial`` the result so far."""
+        trainer, options = self.trainer, self.options
+        try:
+            results = trainer.fit(progress=options.progress, checkpoint_every=options.checkpoint_every,
+                                  checkpoint_start=options.checkpoint_start)
+        except BudgetExceededError as err:
+            err.results.update(self.extra, stopped_by_budget=str(err))
+            err.partial = FineTuneResult(model=trainer.model, trainer=trainer, results=err.results,
+                                         tokenizer=self.tokenizer)
+            raise
+        results.update(self.extra)
+        return FineTuneResult(model=trainer.model, trainer=trainer, results=results, tokenizer=self.tokenizer)
+
+
 def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: TrainConfig | None = None,
-                  options: RunOptions | None = None, *, public=None, public_source: PublicSource | None = None,
-                  model_name: str | None = None, base: dict | None = None, comm=None,
-                  label_words: Sequence[str] | None = None,
-                  announce: Callable[[Trainer], None] | None = None) -> FineTuneResult:
-    """:func:`fine_tune` with the plumbing of ``raptor train`` (both objectives), the demo and the
-    experiments: the one library function from records to a finished run.
+                  options: RunOptions | None = None, **kwargs) -> FineTuneResult:
+    """:func:`prepare_run`, the label map when ``options.verbose``, then :meth:`PreparedRun.fit`."""
+    prepared = prepare_run(model, tokenizer, train, validation, config, options, **kwargs)
+    if prepared.options.verbose and prepared.label_map:
+        print(prepared.label_map, flush=True)
+    return prepared.fit()
+
+
+def prepare_run(model: nn.Module, tokenizer, train, validation=None, config: TrainConfig | None = None,
+                options: RunOptions | None = None, *, public=None, public_source: PublicSource | None = None,
+                model_name: str | None = None, base: dict | None = None, comm=None,
+                label_words: Sequence[str] | None = None) -> PreparedRun:
+    """:func:`fine_tune`'s run up to its first update, with the plumbing of ``raptor train`` (both
+    objectives), the demo and the experiments: the records checked and encoded, the resume checked
+    against its checkpoint (:func:`raptor.training.run.start.start_run`: the one place), the batch
+    size resolved (:func:`raptor.training.run.assemble.assemble_run`: once), the plan and the
+    public stage computed. Nothing is printed.
 
     ``public_source``: the source ``public`` came from when the caller already separated it from
     ``train`` (``public`` is then used as is, possibly empty for kind ``none``). ``model_name``: the
@@ -155,10 +200,8 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     weights not read unchanged from it (``base``: their ``{name: shape}``, by default
     :func:`raptor.data.model_source.base_weights` of ``model_name``). ``comm``: a torchrun job's
     communicator (:func:`raptor.training.run.distributed.init_communicator`; default one process).
-    ``label_words``: the words the head was initialised from, one per label id (printed with the
-    label map and saved in results ``labels``). ``announce``: called with the assembled trainer
-    (its config's batch size resolved) before the first update (``raptor train`` prints its
-    settings line there).
+    ``label_words``: the words the head was initialised from, one per label id (in the label map
+    and saved in results ``labels``).
     """
     from raptor.data.model_source import base_weights
     from raptor.training.run.start import start_run
@@ -192,17 +235,5 @@ def run_fine_tune(model: nn.Module, tokenizer, train, validation=None, config: T
     trainer = assemble_run(config, model, train=enc.train, validation=enc.validation, public=enc.public,
                            evaluator=enc.evaluator, objective=enc.objective, comm=comm, start=start,
                            routing_cache=routing_cache_dir(model_name))
-    if announce is not None:
-        announce(trainer)
-    if job.label_names:  # the label map at the start of every classification run
-        print(label_map_line(job.label_names, label_words), flush=True)
-    extra = dict(job.results, **enc.results)
-    try:
-        results = trainer.fit(progress=options.progress, checkpoint_every=options.checkpoint_every,
-                              checkpoint_start=options.checkpoint_start)
-    except BudgetExceededError as err:
-        err.results.update(extra, stopped_by_budget=str(err))
-        err.partial = FineTuneResult(model=trainer.model, trainer=trainer, results=err.results, tokenizer=tokenizer)
-        raise
-    results.update(extra)
-    return FineTuneResult(model=trainer.model, trainer=trainer, results=results, tokenizer=tokenizer)
+    return PreparedRun(trainer, tokenizer, options, label_names=tuple(job.label_names or ()), label_words=label_words,
+                       extra=dict(job.results, **enc.results))

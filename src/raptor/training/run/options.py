@@ -31,7 +31,8 @@ class RunOptions:
     greedy decoding length of a generative run; ``freeze_shared_experts``: keep MoE shared experts
     frozen (generative runs); ``resume``: a checkpoint of this same run to continue; ``progress``:
     a progress bar; ``checkpoint_every``: checkpoint every N steps (0: at the end only);
-    ``checkpoint_start``: also before the first update.
+    ``checkpoint_start``: also before the first update; ``verbose``: print the label map before the
+    first update (the library prints nothing otherwise).
     """
 
     public_size: float | None = None
@@ -45,6 +46,7 @@ class RunOptions:
     progress: bool = True
     checkpoint_every: int = 0
     checkpoint_start: bool = False
+    verbose: bool = False
 
     @classmethod
     def from_keywords(cls, keywords: Mapping[str, object]) -> RunOptions:

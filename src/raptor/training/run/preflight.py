@@ -5,7 +5,6 @@
 * :func:`check_device`: the ``--device`` exists on this machine.
 * :func:`check_model_name`: ``--model`` is a family name, a local model directory, or (only when a
   hub may be reached) a hub name; otherwise an immediate error listing what is available.
-* :func:`flag_message`: ``PrivacyConfig.epsilon must be ...`` becomes ``--epsilon must be ...``.
 
 What a resumed run must share with the run that wrote its checkpoint is
 :mod:`raptor.training.saving.fingerprint`.
@@ -14,27 +13,12 @@ What a resumed run must share with the run that wrote its checkpoint is
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from raptor.errors import ConfigError
-from raptor.training.config import FIELD_FLAGS
 
 #: files whose presence in a directory means it holds a raptor run
 RUN_MARKERS = ("results.json", "checkpoint", "model")
-
-_CLASS_PREFIX = {"TrainConfig": "", "PrivacyConfig": "privacy.", "PerformanceConfig": "performance.",
-                 "OptimConfig": "optim.", "Schedule": "privacy.schedule."}
-def flag_message(err: ConfigError) -> ConfigError:
-    """The same error with a config field name replaced by the flag that sets it."""
-    text = str(err)
-    m = re.match(r"^(\w+)\.(\w+) (.*)$", text, re.S)
-    if m and m.group(1) in _CLASS_PREFIX:
-        flag = FIELD_FLAGS.get(_CLASS_PREFIX[m.group(1)] + m.group(2))
-        if flag:
-            return ConfigError(f"{flag} {m.group(3)}")
-    return err
-
 
 def check_output_dir(path: str | Path, *, overwrite: bool, resume: bool) -> Path:
     """Raise :class:`ConfigError` unless ``path`` can receive this run's outputs (give the flag's

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from raptor._hashing import sha256_file
 from raptor.errors import ConfigError
-from raptor.training.config import FIELD_FLAGS
+from raptor.training.config import field_flag
 
 #: fingerprint fields of ``--objective generate`` runs only (not in TrainConfig)
 GENERATE_FIELDS = frozenset({"freeze_shared_experts"})
@@ -92,7 +92,9 @@ def fingerprint_differences(saved: dict, now: dict) -> list[str]:
     for key in sorted(set(s_cfg) | set(n_cfg)):
         if key in skip or s_cfg.get(key) == n_cfg.get(key):
             continue
-        out.append(f"{FIELD_FLAGS.get(key, key)} ({key}): {_shown(key, s_cfg.get(key))} -> {_shown(key, n_cfg.get(key))}")
+        flag = field_flag(key)
+        out.append(f"{flag + ' (' + key + ')' if flag else key}: {_shown(key, s_cfg.get(key))} -> "
+                   f"{_shown(key, n_cfg.get(key))}")
     for key in ("model", "label_names", "public_source"):
         if saved.get(key) != now.get(key):
             out.append(f"{key}: {saved.get(key)!r} -> {now.get(key)!r}")

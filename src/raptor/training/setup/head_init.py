@@ -90,7 +90,7 @@ def fit_head_on_public(model: nn.Module, public: dict[str, torch.Tensor], *, bat
     its coefficients become the head's weight and bias. Returns the fit's public accuracy and size.
 
     Privacy: the caller passes declared-public records only (privacy rule 2); no private record is
-    read, so the head costs no budget. A run that then freezes the head (``--freeze-head``) trains
+    read, so the head costs no budget. A run that then freezes the head (``freeze_head=True``) trains
     the backbone against this fixed public classifier.
     """
     from sklearn.linear_model import LogisticRegression

@@ -58,17 +58,17 @@ def public_needs(config: TrainConfig, spec: MethodSpec, *, trains_tokenizer: boo
     """
     needs = []
     if trains_tokenizer:
-        needs.append("the tokenizer of a tiny random-init model (or give --tokenizer)")
+        needs.append("the tokenizer of a tiny random-init model (or give a tokenizer: model.tokenizer)")
     if spec.uses_layers and config.layers == "auto":
         needs.append("the automatic layer choice (--layers auto; or give --layers, e.g. --layers 1)")
     if config.privacy.shared_split != "none":
-        needs.append(f"the clip norms of the shared stream's groups (--shared-split {config.privacy.shared_split}; "
+        needs.append(f"the clip norms of the shared stream's groups (privacy.shared_split={config.privacy.shared_split}; "
                      "or none)")
     if spec.grouping == "roles" and "expert" in spec.streams:
         if config.privacy.denominator == "public":
-            needs.append("the public expert denominators (--denominator public; or --denominator uniform)")
+            needs.append("the public expert denominators (privacy.denominator=public; or privacy.denominator=uniform)")
         if config.privacy.clip_rule != "uniform":
-            needs.append(f"the per-expert clip norms (--clip-rule {config.privacy.clip_rule}; or uniform)")
+            needs.append(f"the per-expert clip norms (privacy.clip_rule={config.privacy.clip_rule}; or uniform)")
     return tuple(needs)
 
 
@@ -76,13 +76,13 @@ def check_labelled(labelled: bool, config: TrainConfig, spec: MethodSpec) -> Non
     """An unlabelled public corpus (a model's ``public.txt``) gives routing statistics but no
     public gradient norms: refuse the public per-expert clip rules with it."""
     if not labelled and config.privacy.shared_split != "none":
-        raise ConfigError(f"--shared-split {config.privacy.shared_split} needs labelled public records (public "
-                          "gradient norms) but the public corpus is unlabelled text; use --shared-split none or give "
+        raise ConfigError(f"privacy.shared_split={config.privacy.shared_split} needs labelled public records (public "
+                          "gradient norms) but the public corpus is unlabelled text; use privacy.shared_split=none or give "
                           "--public-file with labels")
     if not labelled and spec.grouping == "roles" and "expert" in spec.streams and \
             config.privacy.clip_rule != "uniform":
-        raise ConfigError(f"--clip-rule {config.privacy.clip_rule} needs labelled public records (public gradient "
-                          "norms) but the public corpus is unlabelled text; use --clip-rule uniform or give "
+        raise ConfigError(f"privacy.clip_rule={config.privacy.clip_rule} needs labelled public records (public gradient "
+                          "norms) but the public corpus is unlabelled text; use privacy.clip_rule=uniform or give "
                           "--public-file with labels")
 
 

@@ -105,7 +105,7 @@ def head_param_names(model: nn.Module) -> tuple[str, ...]:
 
 
 def freeze_head(model: nn.Module) -> tuple[str, ...]:
-    """Freeze the output head (``--freeze-head``): it keeps its initial weights, is in no clipping
+    """Freeze the output head (``freeze_head=True``): it keeps its initial weights, is in no clipping
     group (the group map holds trainable parameters only) and is never updated. A PEFT wrapper is
     looked through. Returns the names of the parameters frozen."""
     params = _head_params(model)

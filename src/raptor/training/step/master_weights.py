@@ -79,7 +79,7 @@ class MasterWeightOptimizer:
         if not isinstance(state, dict) or set(state) != {"optimizer", "master_weights"} \
                 or len(state["master_weights"]) != len(self.pairs):
             raise ConfigError("the checkpoint's optimizer state has no matching float32 master weights: it was "
-                              "written by a run with another --dtype; resume with the same --dtype")
+                              "written by a run with another performance.dtype; resume with the same performance.dtype")
         self.optimizer.load_state_dict(state["optimizer"])
         for (m, _), saved in zip(self.pairs, state["master_weights"], strict=True):
             if saved.shape != m.shape:

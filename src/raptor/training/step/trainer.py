@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import math
 import resource
-import sys
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from raptor.errors import BudgetExceededError, ConfigError
+from raptor.errors import BudgetExceededError, ConfigError, RaptorWarning
 from raptor.mechanisms import GeneratorSpec
 from raptor.training.config import TrainConfig
 from raptor.training.run.distributed import Communicator, SingleProcess
@@ -284,14 +284,15 @@ class Trainer:
         single = last.get("single_class")
         accuracy, majority = last.get("accuracy"), last.get("majority_class_accuracy")
         if single is not None and getattr(self.comm, "is_main", True):
-            print(f"warning: the final model predicts class {single} for every dev record (a collapsed "
-                  "classifier: its accuracy is that class's share); try another --lr, --clip or more data",
-                  file=sys.stderr, flush=True)
+            warnings.warn(RaptorWarning(f"the final model predicts class {single} for every dev record (a collapsed "
+                                        "classifier: its accuracy is that class's share); try another optim.lr, "
+                                        "privacy.clip_shared or more data"), stacklevel=2)
         elif accuracy is not None and majority is not None and accuracy < majority \
                 and getattr(self.comm, "is_main", True):
-            print(f"warning: the final dev accuracy {accuracy:.4f} is below the majority class's share "
-                  f"{majority:.4f}: always predicting the most frequent class would do better; try another --lr, "
-                  "--clip, --epsilon or more data", file=sys.stderr, flush=True)
+            warnings.warn(RaptorWarning(f"the final dev accuracy {accuracy:.4f} is below the majority class's share "
+                                        f"{majority:.4f}: always predicting the most frequent class would do better; "
+                                        "try another optim.lr, privacy.clip_shared, privacy.epsilon or more data"),
+                          stacklevel=2)
         return self.results()
 
     def _evaluation_point(self) -> tuple[dict, float]:
